@@ -1,0 +1,35 @@
+# Herald — `make help` lists the targets.
+SHELL := /usr/bin/env bash
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/herald/target
+export HERALD_BIN_DIR ?= $(HOME)/.cache/herald/bin
+TESTENV_DIR ?= $(CURDIR)/.testenv
+
+.PHONY: help test demo crds e2e-tools testenv-up testenv-down fmt lint
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+test: ## Run every check and test (fmt, clippy, CRD drift, unit and e2e tests)
+	scripts/test.sh
+
+demo: ## Start the test environment, install the CRDs and the examples, show them
+	scripts/demo.sh
+
+crds: ## Regenerate crds/ from the Rust types
+	cargo run -q -p herald-operator -- crd --out crds
+
+e2e-tools: ## Build testenv, helm (and kubectl when missing) into $(HERALD_BIN_DIR)
+	scripts/build-e2e.sh
+
+testenv-up: e2e-tools ## Start the test environment in $(TESTENV_DIR) (KUBECONFIG=$(TESTENV_DIR)/kubeconfig)
+	scripts/testenv.sh up $(TESTENV_DIR)
+
+testenv-down: ## Stop the test environment started by testenv-up
+	scripts/testenv.sh down $(TESTENV_DIR)
+
+fmt: ## Format Rust and Go code
+	cargo fmt --all
+	gofmt -w e2e/testenv
+
+lint: ## Clippy with warnings as errors
+	cargo clippy --workspace --all-targets -- -D warnings

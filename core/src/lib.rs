@@ -1,0 +1,17 @@
+//! Herald's shared library, used by both the operator and the dispatcher.
+//!
+//! - [`v1alpha1`]: the `herald.dev/v1alpha1` custom resources (`WebhookEndpoint`,
+//!   `SigningSecret`, `WebhookReplay`) whose doc comments become `kubectl explain` text;
+//! - [`signing`]: Standard Webhooks signatures and `whsec_` secrets;
+//! - [`pattern`]: event-type patterns such as `order.*`;
+//! - [`duration`]: the Go-style durations (`30s`, `1h30m`) used in specs;
+//! - [`names`]: the API group, field manager, finalizer, label and condition names that
+//!   both binaries must agree on.
+
+#![forbid(unsafe_code)]
+
+pub mod duration;
+pub mod names;
+pub mod pattern;
+pub mod signing;
+pub mod v1alpha1;

@@ -1,0 +1,47 @@
+//! Names both binaries must agree on: API group, field manager, finalizers, labels,
+//! annotations, condition types and reasons.
+
+/// The API group of every Herald resource.
+pub const GROUP: &str = "herald.dev";
+/// The one field manager Herald uses for server-side apply.
+pub const FIELD_MANAGER: &str = "herald.dev/operator";
+/// Finalizer on a `WebhookEndpoint`: Herald holds its queue and delivery log in JetStream.
+pub const ENDPOINT_FINALIZER: &str = "herald.dev/delivery-cleanup";
+/// Annotation that asks the operator to rotate a `SigningSecret` now; any new value works.
+pub const ROTATE_ANNOTATION: &str = "herald.dev/rotate";
+/// Label put on the Kubernetes Secrets Herald generates.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY: &str = "herald";
+
+/// Condition types.
+pub mod condition {
+    /// The resource is valid and its configuration reached the data plane.
+    pub const READY: &str = "Ready";
+    /// Deliveries succeed at a healthy rate and latency.
+    pub const HEALTHY: &str = "Healthy";
+    /// Deliveries to the endpoint have stopped after sustained failure or 410 Gone.
+    pub const DISABLED: &str = "Disabled";
+    /// A replay has finished (successfully or not).
+    pub const COMPLETE: &str = "Complete";
+}
+
+/// Condition reasons (CamelCase, low cardinality: also used as Event reasons and metric
+/// labels).
+pub mod reason {
+    pub const ACCEPTED: &str = "Accepted";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const URL_FORBIDDEN: &str = "UrlForbidden";
+    pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
+    pub const SECRET_NOT_READY: &str = "SecretNotReady";
+    pub const ENDPOINT_NOT_FOUND: &str = "EndpointNotFound";
+    pub const PAUSED: &str = "Paused";
+    pub const DELIVERING: &str = "Delivering";
+    pub const DEGRADED: &str = "Degraded";
+    pub const CIRCUIT_OPEN: &str = "CircuitOpen";
+    pub const SUSTAINED_FAILURE: &str = "SustainedFailure";
+    pub const GONE: &str = "Gone";
+    pub const KEY_GENERATED: &str = "KeyGenerated";
+    pub const SECRET_ROTATED: &str = "SecretRotated";
+    pub const NOT_IMPLEMENTED: &str = "NotImplemented";
+}

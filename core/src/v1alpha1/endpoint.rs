@@ -1,0 +1,405 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{LocalRef, schema};
+use crate::duration::Duration;
+
+/// An HTTP endpoint that receives a tenant's events, signed the Standard Webhooks way.
+///
+/// Herald POSTs every event whose type matches `eventTypes` to `url`, signs it with the
+/// keys of the referenced `SigningSecret`, retries failures with backoff, and reports what
+/// happened in `status`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "herald.dev",
+    doc = "An HTTP endpoint that receives a tenant's events; see `kubectl explain webhookendpoint.spec`.",
+    version = "v1alpha1",
+    kind = "WebhookEndpoint",
+    plural = "webhookendpoints",
+    singular = "webhookendpoint",
+    shortname = "whe",
+    category = "herald",
+    namespaced,
+    status = "WebhookEndpointStatus",
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Success","type":"string","jsonPath":".status.successRate"}"#,
+    printcolumn = r#"{"name":"P95","type":"string","jsonPath":".status.p95Latency","priority":1}"#,
+    printcolumn = r#"{"name":"Backlog","type":"integer","jsonPath":".status.backlog"}"#,
+    printcolumn = r#"{"name":"Oldest","type":"date","jsonPath":".status.oldestPending"}"#,
+    printcolumn = r#"{"name":"Shard","type":"integer","jsonPath":".status.shard","priority":1}"#,
+    printcolumn = r#"{"name":"URL","type":"string","jsonPath":".spec.url","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.orderingKey) || self.ordered",
+        "message": "orderingKey needs ordered: true",
+        "fieldPath": ".orderingKey"
+    }
+]))]
+pub struct WebhookEndpointSpec {
+    /// The URL Herald POSTs events to: `https://` (or `http://` where the platform's
+    /// operator allows it). Redirects are never followed. Addresses on loopback, private,
+    /// link-local and cloud-metadata networks are refused unless the platform allowlists
+    /// them; the check is made on the resolved address, at every connection.
+    #[schemars(extend(
+        "maxLength" = 2048,
+        "x-kubernetes-validations" = [
+            {
+                "rule": "self.startsWith('https://') || self.startsWith('http://')",
+                "message": "url must start with https:// (or http://)"
+            },
+            {
+                "rule": "isURL(self) && url(self).getHostname() != ''",
+                "message": "url must be an absolute URL with a host, e.g. https://hooks.example.com/herald"
+            }
+        ]
+    ))]
+    pub url: String,
+
+    /// Event types this endpoint receives. Each entry is an exact type such as
+    /// `order.created`, or a pattern: `*` as a segment matches exactly one segment
+    /// (`order.*.shipped`), `*` as the last segment matches one or more (`order.*`), and a
+    /// lone `*` matches every type.
+    #[schemars(schema_with = "schema::event_type_patterns")]
+    pub event_types: Vec<String>,
+
+    /// The `SigningSecret` (same namespace) whose keys sign this endpoint's requests.
+    pub secret_ref: LocalRef,
+
+    /// Deliver one event at a time, in publish order. A failing event then holds back
+    /// the ones after it (for this endpoint only) until it succeeds or is dead.
+    #[serde(default)]
+    pub ordered: bool,
+
+    /// With `ordered`, keep order per key instead of across all events: a JSON Pointer
+    /// (RFC 6901) into the event, e.g. `/data/customerId`. Events with different keys are
+    /// delivered in parallel; events without the field share one empty key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 256, "pattern" = "^(/[^/]+)+$"))]
+    pub ordering_key: Option<String>,
+
+    /// Hold deliveries. Events keep queueing (in JetStream, not in memory) and are
+    /// delivered once `paused` is false again.
+    #[serde(default)]
+    pub paused: bool,
+
+    /// How Herald delivers to this endpoint: timeouts, concurrency, rate, retries.
+    #[serde(default)]
+    pub delivery: DeliveryPolicy,
+
+    /// Static headers added to every request, e.g. a routing header a gateway expects.
+    /// They cannot override `content-type`, `host` or any `webhook-*` header. Values are
+    /// stored in the resource in clear text: do not put credentials here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"])
+    )]
+    pub headers: Vec<Header>,
+}
+
+/// One extra request header.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!(self.name.lowerAscii() in ['content-type', 'content-length', 'host', 'user-agent', 'transfer-encoding', 'connection']) && !self.name.lowerAscii().startsWith('webhook-')",
+        "message": "headers may not override content-type, content-length, host, user-agent, transfer-encoding, connection or any webhook-* header; Herald sets those",
+        "fieldPath": ".name"
+    }
+]))]
+pub struct Header {
+    /// Header name, an HTTP token such as `X-Tenant`.
+    #[schemars(extend("minLength" = 1, "maxLength" = 128, "pattern" = "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"))]
+    pub name: String,
+    /// Header value.
+    #[schemars(extend("maxLength" = 4096))]
+    pub value: String,
+}
+
+/// How Herald delivers to one endpoint.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryPolicy {
+    /// Time limit of one attempt, from connecting to the end of the response headers.
+    /// A slower answer counts as a failure. Default `15s`.
+    #[serde(default = "default_timeout")]
+    pub timeout: Duration,
+
+    /// Most requests in flight to this endpoint at once. Herald starts lower and adapts
+    /// within this cap: it adds one per window of successes and halves on timeouts, 5xx
+    /// and 429. Between 1 and 1024; default 16.
+    #[serde(default = "default_max_in_flight")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_in_flight: u32,
+
+    /// Optional ceiling on the request rate, on top of the concurrency limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+
+    /// When failed attempts are retried. Default: exponential backoff with full jitter,
+    /// first retry within 5 s, spreading to 1 h apart, giving up after 3 days.
+    #[serde(default)]
+    pub retry: RetryPolicy,
+
+    /// HTTP status codes (400–499) that end a delivery at once as dead instead of being
+    /// retried, e.g. `[400, 422]`. Default: none, every failure is retried. 429 is always
+    /// retried and 410 is governed by `disableOnGone`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 100),
+        inner(range(min = 400, max = 499)),
+        extend("x-kubernetes-list-type" = "set")
+    )]
+    pub final_status_codes: Vec<u16>,
+
+    /// Disable the endpoint at once when it answers 410 Gone, as the Standard Webhooks
+    /// specification advises. Default true.
+    #[serde(default = "default_true")]
+    pub disable_on_gone: bool,
+
+    /// Disable the endpoint after it has failed continuously (no success at all) for this
+    /// long. Events keep queueing while it is disabled; the `Disabled` condition's message
+    /// says how to re-enable it. Default `72h`.
+    #[serde(default = "default_disable_after")]
+    pub disable_after: Duration,
+
+    /// The circuit breaker that stops hammering an endpoint that keeps failing.
+    #[serde(default)]
+    pub circuit_breaker: CircuitBreaker,
+}
+
+impl Default for DeliveryPolicy {
+    fn default() -> Self {
+        Self {
+            timeout: default_timeout(),
+            max_in_flight: default_max_in_flight(),
+            rate_limit: None,
+            retry: RetryPolicy::default(),
+            final_status_codes: Vec::new(),
+            disable_on_gone: true,
+            disable_after: default_disable_after(),
+            circuit_breaker: CircuitBreaker::default(),
+        }
+    }
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_max_in_flight() -> u32 {
+    16
+}
+fn default_true() -> bool {
+    true
+}
+fn default_disable_after() -> Duration {
+    Duration::from_hours(72)
+}
+
+/// A token-bucket rate limit.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimit {
+    /// Sustained requests per second, 1 to 100000.
+    #[schemars(range(min = 1, max = 100_000))]
+    pub per_second: u32,
+    /// Requests allowed in a burst above the sustained rate. Default: equal to `perSecond`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100_000))]
+    pub burst: Option<u32>,
+}
+
+/// When to retry. Set at most one of `exponential` and `schedule`; with neither, the
+/// exponential defaults apply.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!(has(self.exponential) && has(self.schedule))",
+        "message": "set at most one of exponential and schedule"
+    }
+]))]
+pub struct RetryPolicy {
+    /// Exponential backoff with full jitter: retry n waits a random time between 0 and
+    /// `min(cap, base * 2^(n-1))`, until `deadline` after the first attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exponential: Option<ExponentialBackoff>,
+
+    /// An explicit list of waits: retry n waits the n-th entry, e.g.
+    /// `["5s", "5m", "30m", "2h", "5h", "10h"]`. After the last one the delivery is dead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 50))]
+    pub schedule: Option<Vec<Duration>>,
+}
+
+/// Exponential backoff parameters.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "duration(self.base) <= duration(self.cap)",
+        "message": "base must not exceed cap"
+    }
+]))]
+pub struct ExponentialBackoff {
+    /// Upper bound of the first retry's wait. Default `5s`.
+    #[serde(default = "default_base")]
+    pub base: Duration,
+    /// Largest wait between two attempts. Default `1h`.
+    #[serde(default = "default_cap")]
+    pub cap: Duration,
+    /// Give up (the delivery is dead, and stays visible and replayable) this long after
+    /// the first attempt. Default `72h`.
+    #[serde(default = "default_deadline")]
+    pub deadline: Duration,
+}
+
+impl Default for ExponentialBackoff {
+    fn default() -> Self {
+        Self {
+            base: default_base(),
+            cap: default_cap(),
+            deadline: default_deadline(),
+        }
+    }
+}
+
+fn default_base() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_cap() -> Duration {
+    Duration::from_hours(1)
+}
+fn default_deadline() -> Duration {
+    Duration::from_hours(72)
+}
+
+/// Circuit breaker settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CircuitBreaker {
+    /// Consecutive failed attempts that open the circuit. While open, only one probe
+    /// request is sent per `probeInterval`; its success closes the circuit. Default 10.
+    #[serde(default = "default_failure_threshold")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub failure_threshold: u32,
+    /// Time between probes while the circuit is open. Default `30s`.
+    #[serde(default = "default_probe_interval")]
+    pub probe_interval: Duration,
+}
+
+impl Default for CircuitBreaker {
+    fn default() -> Self {
+        Self {
+            failure_threshold: default_failure_threshold(),
+            probe_interval: default_probe_interval(),
+        }
+    }
+}
+
+fn default_failure_threshold() -> u32 {
+    10
+}
+fn default_probe_interval() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// What Herald observed about the endpoint. Written by Herald at a bounded rate (at most
+/// once per endpoint per reporting interval, 10 s by default), never on every event.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookEndpointStatus {
+    /// `Ready`, `Healthy` and `Disabled`, each with a reason and a message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Summary: `Pending`, `Active`, `Degraded`, `Paused` or `Disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<EndpointState>,
+
+    /// The dispatcher shard that delivers for this endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+
+    /// The circuit breaker: `Closed`, `Open` or `HalfOpen`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<CircuitState>,
+
+    /// Requests Herald currently allows in flight (adaptive, at most `maxInFlight`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<u32>,
+
+    /// Deliveries waiting for this endpoint (new events and retries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<u64>,
+
+    /// When the oldest waiting delivery was published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_pending: Option<Time>,
+
+    /// The most recent attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_delivery: Option<LastDelivery>,
+
+    /// Share of successful attempts over the recent window, e.g. `99.8%`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_rate: Option<String>,
+
+    /// 95th percentile attempt latency over the recent window, e.g. `120ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p95_latency: Option<String>,
+
+    /// Start of the current run of failures; absent while deliveries succeed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<Time>,
+}
+
+/// Summary state of an endpoint.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum EndpointState {
+    /// Accepted, waiting for the data plane to pick it up.
+    Pending,
+    /// Delivering normally.
+    Active,
+    /// Delivering, but failing or slow.
+    Degraded,
+    /// `spec.paused` is set; events queue.
+    Paused,
+    /// Deliveries stopped after sustained failure or 410 Gone; events queue.
+    Disabled,
+}
+
+/// Circuit breaker state.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum CircuitState {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+/// The most recent delivery attempt.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastDelivery {
+    /// The event's `webhook-id`.
+    pub event_id: String,
+    /// HTTP status of the response; absent when no response came (timeout, refused...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// Outcome class: `Success`, `HttpError`, `Timeout`, `ConnectError`, `Redirect`...
+    pub outcome: String,
+    /// Attempt latency in milliseconds.
+    pub latency_ms: u64,
+    /// When the attempt was made.
+    pub time: Time,
+}

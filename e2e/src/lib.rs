@@ -1,0 +1,314 @@
+//! Test harness for tests against the real kube-apiserver and nats-server of
+//! `e2e/testenv` (built by `scripts/build-e2e.sh`).
+//!
+//! The environment is started once per test run: `scripts/test.sh` starts it and sets
+//! `HERALD_TESTENV_DIR`; a test binary run on its own (`cargo test -p herald-e2e`) starts
+//! a private one that exits with the test process. Every test gets its own namespace
+//! ([`TestContext`]), a kube [`Client`] and a NATS client, so tests run in parallel.
+
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Client, Config};
+
+/// A running test environment.
+pub struct TestEnv {
+    dir: PathBuf,
+    bin_dir: PathBuf,
+    nats_url: String,
+    /// A private environment started by this process, if any. Never waited on: the
+    /// environment exits by itself once this process is gone (`--parent-pid`).
+    _child: Option<Child>,
+}
+
+static ENV: OnceLock<TestEnv> = OnceLock::new();
+static PRIVATE_ENV: OnceLock<TestEnv> = OnceLock::new();
+static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The test environment of this run, started on first use when none was given.
+pub fn env() -> &'static TestEnv {
+    ENV.get_or_init(TestEnv::attach_or_start)
+}
+
+/// An environment of this test process alone, for tests that inject faults (NATS
+/// restarts, API server blackouts) which would disturb tests sharing [`env`]. Such tests
+/// also hold [`fault_lock`] so they do not disturb each other.
+pub fn private_env() -> &'static TestEnv {
+    PRIVATE_ENV.get_or_init(TestEnv::start)
+}
+
+/// Serializes the fault-injecting tests of one process.
+pub async fn fault_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    FAULTS.lock().await
+}
+
+fn bin_dir() -> PathBuf {
+    std::env::var_os("HERALD_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home().join(".cache/herald/bin"))
+}
+
+fn home() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"))
+}
+
+impl TestEnv {
+    fn attach_or_start() -> Self {
+        let bin_dir = bin_dir();
+        if let Some(dir) = std::env::var_os("HERALD_TESTENV_DIR") {
+            let dir = PathBuf::from(dir);
+            wait_ready(&dir, None);
+            return Self::open(dir, bin_dir, None);
+        }
+        Self::start()
+    }
+
+    fn start() -> Self {
+        let bin_dir = bin_dir();
+        let dir = std::env::temp_dir().join(format!("herald-testenv-{}", std::process::id()));
+        let testenv = bin_dir.join("testenv");
+        assert!(
+            testenv.exists(),
+            "{} is missing: run scripts/build-e2e.sh (or `make test`) first",
+            testenv.display()
+        );
+        let log = std::fs::File::create(
+            std::env::temp_dir().join(format!("herald-testenv-{}.log", std::process::id())),
+        )
+        .expect("creating the testenv log");
+        let mut child = Command::new(&testenv)
+            .args(["run", "--dir"])
+            .arg(&dir)
+            .arg("--parent-pid")
+            .arg(std::process::id().to_string())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("starting testenv");
+        wait_ready(&dir, Some(&mut child));
+        Self::open(dir, bin_dir, Some(child))
+    }
+
+    fn open(dir: PathBuf, bin_dir: PathBuf, child: Option<Child>) -> Self {
+        let nats_url = std::fs::read_to_string(dir.join("nats-url"))
+            .expect("reading nats-url")
+            .trim()
+            .to_owned();
+        Self {
+            dir,
+            bin_dir,
+            nats_url,
+            _child: child,
+        }
+    }
+
+    /// The admin kubeconfig of the environment.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn nats_url(&self) -> &str {
+        &self.nats_url
+    }
+
+    /// A kube client with admin rights.
+    pub async fn client(&self) -> Client {
+        let kubeconfig = Kubeconfig::read_from(self.kubeconfig()).expect("reading kubeconfig");
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig into client config");
+        Client::try_from(config).expect("building the kube client")
+    }
+
+    /// A NATS client connected to the environment's JetStream-enabled server.
+    pub async fn nats(&self) -> async_nats::Client {
+        async_nats::connect(&self.nats_url)
+            .await
+            .expect("connecting to NATS")
+    }
+
+    /// `kubectl` (from PATH, else the one `scripts/build-e2e.sh` built) pointed at the
+    /// environment.
+    pub fn kubectl(&self) -> Command {
+        let built = self.bin_dir.join("kubectl");
+        let program = if built.exists() {
+            built
+        } else {
+            PathBuf::from("kubectl")
+        };
+        let mut cmd = Command::new(program);
+        cmd.env("KUBECONFIG", self.kubeconfig());
+        cmd
+    }
+
+    /// Restarts only the nats-server (same port, same JetStream store); returns when it
+    /// accepts connections again.
+    pub fn restart_nats(&self) {
+        self.control(&["nats-restart"]);
+    }
+
+    /// Makes the Kubernetes API unreachable for `seconds`: open connections are cut and new
+    /// ones refused. Returns as soon as the blackout has begun.
+    pub fn blackout_apiserver(&self, seconds: f64) {
+        self.control(&["apiserver-blackout", "--seconds", &seconds.to_string()]);
+    }
+
+    fn control(&self, args: &[&str]) {
+        let status = Command::new(self.bin_dir.join("testenv"))
+            .arg(args[0])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&args[1..])
+            .status()
+            .expect("running testenv control command");
+        assert!(status.success(), "testenv {args:?} failed: {status}");
+    }
+}
+
+fn wait_ready(dir: &Path, mut child: Option<&mut Child>) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !dir.join("ready").exists() {
+        if let Some(child) = child.as_deref_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            panic!("testenv exited before it was ready ({status}); see its log in the temp dir");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "testenv in {} not ready after 180 s",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Installs (server-side apply) every CRD under `crds/` and waits until each is
+/// Established. Idempotent, safe to call from every test.
+pub async fn install_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let dir = repo_root().join("crds");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("reading crds/") {
+        let path = entry.expect("crds/ entry").path();
+        let text = std::fs::read_to_string(&path).expect("reading a CRD");
+        let crd: CustomResourceDefinition = serde_norway::from_str(&text).expect("parsing a CRD");
+        let name = crd.metadata.name.clone().expect("CRD name");
+        crds.patch(
+            &name,
+            &PatchParams::apply("herald-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {}: {e}", path.display()));
+        names.push(name);
+    }
+    for name in names {
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("CRD {name} not Established after 30 s"))
+        .expect("watching the CRD");
+    }
+}
+
+/// One test's slice of the environment: its own namespace, a kube client, a NATS client.
+pub struct TestContext {
+    pub client: Client,
+    pub nats: async_nats::Client,
+    pub namespace: String,
+}
+
+impl TestContext {
+    /// Creates a fresh namespace `<prefix>-<unique suffix>` in the shared environment and
+    /// installs the CRDs.
+    pub async fn new(prefix: &str) -> Self {
+        Self::new_in(env(), prefix).await
+    }
+
+    /// Like [`TestContext::new`], in a given environment.
+    pub async fn new_in(env: &TestEnv, prefix: &str) -> Self {
+        let client = env.client().await;
+        install_crds(&client).await;
+        let namespace = unique_name(prefix);
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": namespace, "labels": {"herald.dev/e2e": "true"}}
+        }))
+        .expect("namespace object");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {namespace}: {e}"));
+        Self {
+            client,
+            nats: env.nats().await,
+            namespace,
+        }
+    }
+
+    /// A namespaced API of this test's namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Deletes the namespace (the environment's namespace controller removes what is in it).
+    pub async fn cleanup(self) {
+        let _ = Api::<Namespace>::all(self.client)
+            .delete(&self.namespace, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// A DNS-1123 name unique across parallel tests and processes.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{:x}{:x}{n}", std::process::id(), nanos & 0xffff)
+}

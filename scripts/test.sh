@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every check and test: formatting, lints, the CRD drift check, unit tests, and the
+# end-to-end tests against a real kube-apiserver and nats-server started once for the run.
+# Works on a fresh machine with Rust and Go: everything else is built by the scripts.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$repo"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "format"
+cargo fmt --all --check
+unformatted="$(gofmt -l e2e/testenv)"
+[ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
+
+step "e2e tools (testenv, helm, kubectl)"
+scripts/build-e2e.sh
+
+step "lint"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+(cd e2e/testenv && go vet ./...)
+
+step "build tests"
+cargo test --workspace --locked --no-run
+
+step "start the test environment"
+state="$(mktemp -d "${TMPDIR:-/tmp}/herald-testenv.XXXXXX")"
+cleanup() { scripts/testenv.sh down "$state" || true; rm -rf "$state"; }
+trap cleanup EXIT
+scripts/testenv.sh up "$state"
+export HERALD_TESTENV_DIR="$state"
+
+step "tests"
+cargo test --workspace --locked
