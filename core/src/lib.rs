@@ -5,13 +5,18 @@
 //! - [`signing`]: Standard Webhooks signatures and `whsec_` secrets;
 //! - [`pattern`]: event-type patterns such as `order.*`;
 //! - [`duration`]: the Go-style durations (`30s`, `1h30m`) used in specs;
+//! - [`dataplane`]: the contract between operator and dispatcher: NATS stream, subject,
+//!   bucket and record names;
+//! - [`ssrf`]: which destination addresses endpoints may use;
 //! - [`names`]: the API group, field manager, finalizer, label and condition names that
 //!   both binaries must agree on.
 
 #![forbid(unsafe_code)]
 
+pub mod dataplane;
 pub mod duration;
 pub mod names;
 pub mod pattern;
 pub mod signing;
+pub mod ssrf;
 pub mod v1alpha1;

@@ -1,0 +1,264 @@
+//! Which destinations a webhook URL may point at.
+//!
+//! Endpoint URLs are untrusted tenant input. Without a check, a tenant could make Herald
+//! POST into the cluster's own network or a cloud metadata service. The same policy runs
+//! in the operator (on the URL and the addresses its host resolves to, for a condition a
+//! person can act on) and in the dispatcher (on the resolved address at connect time,
+//! which is what actually protects against DNS rebinding).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// The platform's policy, set in the operator's and dispatcher's configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AddressPolicy {
+    /// Networks allowed even though they are in a refused class (e.g. `10.20.0.0/16` for
+    /// in-cluster receivers, `127.0.0.0/8` for tests).
+    #[serde(default)]
+    pub allow: Vec<IpNet>,
+    /// Allow plain `http://` URLs. Off by default: webhooks carry data worth encrypting.
+    #[serde(default)]
+    pub allow_http: bool,
+}
+
+/// Why an address is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressClass {
+    Unspecified,
+    Loopback,
+    Private,
+    SharedCgnat,
+    LinkLocal,
+    UniqueLocal,
+    CloudMetadata,
+    Multicast,
+    Broadcast,
+    Reserved,
+}
+
+impl fmt::Display for AddressClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Unspecified => "an unspecified address",
+            Self::Loopback => "a loopback address",
+            Self::Private => "a private-network address",
+            Self::SharedCgnat => "a carrier-grade NAT (shared) address",
+            Self::LinkLocal => "a link-local address",
+            Self::UniqueLocal => "an IPv6 unique-local address",
+            Self::CloudMetadata => "a cloud metadata service address",
+            Self::Multicast => "a multicast address",
+            Self::Broadcast => "the broadcast address",
+            Self::Reserved => "a reserved address",
+        })
+    }
+}
+
+/// A refused URL or address, with a message a tenant can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Forbidden {
+    #[error("url is not a valid absolute URL: {0}")]
+    BadUrl(String),
+    #[error("url scheme {0:?} is not allowed; use https")]
+    Scheme(String),
+    #[error("url has no host")]
+    NoHost,
+    #[error("url must not contain credentials (user:password@); use a header or the signature")]
+    Credentials,
+    #[error(
+        "{ip} is {class}; the platform does not allow webhook deliveries there (ask the platform team to allowlist the network if this is intended)"
+    )]
+    Address { ip: IpAddr, class: AddressClass },
+}
+
+const METADATA_V4: [Ipv4Addr; 3] = [
+    Ipv4Addr::new(169, 254, 169, 254), // AWS, GCP, Azure, OpenStack...
+    Ipv4Addr::new(168, 63, 129, 16),   // Azure wire server (a public address)
+    Ipv4Addr::new(100, 100, 100, 200), // Alibaba Cloud
+];
+const METADATA_V6: [Ipv6Addr; 1] = [Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254)];
+
+/// The class that makes `ip` refused, if any.
+pub fn classify(ip: IpAddr) -> Option<AddressClass> {
+    match ip {
+        IpAddr::V4(v4) => classify_v4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => classify_v4(v4),
+            None => classify_v6(v6),
+        },
+    }
+}
+
+fn classify_v4(ip: Ipv4Addr) -> Option<AddressClass> {
+    let [a, b, ..] = ip.octets();
+    Some(if METADATA_V4.contains(&ip) {
+        AddressClass::CloudMetadata
+    } else if ip.is_unspecified() || a == 0 {
+        AddressClass::Unspecified
+    } else if ip.is_loopback() {
+        AddressClass::Loopback
+    } else if ip.is_private() {
+        AddressClass::Private
+    } else if a == 100 && (64..128).contains(&b) {
+        AddressClass::SharedCgnat
+    } else if ip.is_link_local() {
+        AddressClass::LinkLocal
+    } else if ip.is_broadcast() {
+        AddressClass::Broadcast
+    } else if ip.is_multicast() {
+        AddressClass::Multicast
+    } else if a >= 240 || (a == 192 && b == 0 && ip.octets()[2] == 0) {
+        AddressClass::Reserved
+    } else {
+        return None;
+    })
+}
+
+fn classify_v6(ip: Ipv6Addr) -> Option<AddressClass> {
+    let first = ip.segments()[0];
+    Some(if METADATA_V6.contains(&ip) {
+        AddressClass::CloudMetadata
+    } else if ip.is_unspecified() {
+        AddressClass::Unspecified
+    } else if ip.is_loopback() {
+        AddressClass::Loopback
+    } else if ip.is_unique_local() {
+        AddressClass::UniqueLocal
+    } else if ip.is_unicast_link_local() {
+        AddressClass::LinkLocal
+    } else if ip.is_multicast() {
+        AddressClass::Multicast
+    } else if first == 0x64 && ip.segments()[1] == 0xff9b {
+        // NAT64 could reach any IPv4 address, private ones included.
+        AddressClass::Reserved
+    } else {
+        return None;
+    })
+}
+
+impl AddressPolicy {
+    /// A policy that allows everything on 127.0.0.0/8 and ::1 over http: for tests.
+    pub fn loopback_for_tests() -> Self {
+        Self {
+            allow: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
+            allow_http: true,
+        }
+    }
+
+    /// Checks one resolved address.
+    pub fn check_ip(&self, ip: IpAddr) -> Result<(), Forbidden> {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match classify(ip) {
+            Some(class) if !self.allow.iter().any(|net| net.contains(&ip)) => {
+                Err(Forbidden::Address { ip, class })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks the URL's form (scheme, host, no credentials) and, when its host is an IP
+    /// literal, the address. Host names are checked on their resolved addresses.
+    pub fn check_url(&self, raw: &str) -> Result<url::Url, Forbidden> {
+        let url = url::Url::parse(raw).map_err(|e| Forbidden::BadUrl(e.to_string()))?;
+        match url.scheme() {
+            "https" => {}
+            "http" if self.allow_http => {}
+            other => return Err(Forbidden::Scheme(other.to_owned())),
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(Forbidden::Credentials);
+        }
+        match url.host() {
+            None => return Err(Forbidden::NoHost),
+            Some(url::Host::Ipv4(ip)) => self.check_ip(IpAddr::V4(ip))?,
+            Some(url::Host::Ipv6(ip)) => self.check_ip(IpAddr::V6(ip))?,
+            Some(url::Host::Domain(_)) => {}
+        }
+        Ok(url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(policy: &AddressPolicy, ip: &str) -> Option<AddressClass> {
+        match policy.check_ip(ip.parse().unwrap()) {
+            Err(Forbidden::Address { class, .. }) => Some(class),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn refuses_internal_addresses_by_class() {
+        let p = AddressPolicy::default();
+        assert_eq!(
+            refused(&p, "169.254.169.254"),
+            Some(AddressClass::CloudMetadata)
+        );
+        assert_eq!(refused(&p, "10.0.0.1"), Some(AddressClass::Private));
+        assert_eq!(refused(&p, "172.16.5.4"), Some(AddressClass::Private));
+        assert_eq!(refused(&p, "192.168.1.1"), Some(AddressClass::Private));
+        assert_eq!(refused(&p, "127.0.0.1"), Some(AddressClass::Loopback));
+        assert_eq!(refused(&p, "0.0.0.0"), Some(AddressClass::Unspecified));
+        assert_eq!(refused(&p, "100.64.1.1"), Some(AddressClass::SharedCgnat));
+        assert_eq!(refused(&p, "169.254.1.1"), Some(AddressClass::LinkLocal));
+        assert_eq!(refused(&p, "::1"), Some(AddressClass::Loopback));
+        assert_eq!(refused(&p, "fd12::1"), Some(AddressClass::UniqueLocal));
+        assert_eq!(refused(&p, "fe80::1"), Some(AddressClass::LinkLocal));
+        assert_eq!(
+            refused(&p, "fd00:ec2::254"),
+            Some(AddressClass::CloudMetadata)
+        );
+        assert_eq!(refused(&p, "::ffff:10.1.2.3"), Some(AddressClass::Private));
+        assert_eq!(refused(&p, "64:ff9b::a00:1"), Some(AddressClass::Reserved));
+        assert_eq!(refused(&p, "93.184.216.34"), None);
+        assert_eq!(refused(&p, "2606:2800:220:1::1"), None);
+    }
+
+    #[test]
+    fn the_allowlist_opens_a_network() {
+        let p = AddressPolicy {
+            allow: vec!["10.20.0.0/16".parse().unwrap()],
+            allow_http: false,
+        };
+        assert_eq!(refused(&p, "10.20.3.4"), None);
+        assert_eq!(refused(&p, "10.21.3.4"), Some(AddressClass::Private));
+        assert_eq!(
+            refused(&AddressPolicy::loopback_for_tests(), "127.0.0.1"),
+            None
+        );
+    }
+
+    #[test]
+    fn checks_url_form_and_ip_literals() {
+        let p = AddressPolicy::default();
+        assert!(p.check_url("https://hooks.example.com/x").is_ok());
+        assert_eq!(
+            p.check_url("http://hooks.example.com/x"),
+            Err(Forbidden::Scheme("http".into()))
+        );
+        assert_eq!(
+            p.check_url("https://u:p@example.com/"),
+            Err(Forbidden::Credentials)
+        );
+        assert!(matches!(
+            p.check_url("https://[::1]:8443/"),
+            Err(Forbidden::Address {
+                class: AddressClass::Loopback,
+                ..
+            })
+        ));
+        let msg = p
+            .check_url("https://169.254.169.254/latest")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("cloud metadata"), "{msg}");
+    }
+}
