@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// natsServer wraps an embedded nats-server with JetStream and can restart it
+// on the same port with the same store dir, so streams and consumers survive
+// a restart exactly as with a real server process being restarted.
+type natsServer struct {
+	mu   sync.Mutex
+	opts server.Options
+	srv  *server.Server
+}
+
+func newNATS(dataDir, logFile string, port int) (*natsServer, error) {
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	n := &natsServer{opts: server.Options{
+		ServerName:         "testenv",
+		Host:               "127.0.0.1",
+		Port:               port,
+		JetStream:          true,
+		StoreDir:           filepath.Join(dataDir, "jetstream"),
+		JetStreamMaxMemory: 256 << 20,
+		JetStreamMaxStore:  2 << 30,
+		NoSigs:             true, // signals belong to testenv, not to nats
+		LogFile:            logFile,
+	}}
+	if err := n.start(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.opts.Port) }
+
+// start must be called with n.mu held or before n is shared.
+func (n *natsServer) start() error {
+	opts := n.opts // NewServer may mutate the options it is given
+	srv, err := server.NewServer(&opts)
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	srv.ConfigureLogger()
+	go srv.Start()
+	if !srv.ReadyForConnections(15 * time.Second) {
+		srv.Shutdown()
+		return fmt.Errorf("nats: not ready for connections on port %d after 15s", n.opts.Port)
+	}
+	if !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		return fmt.Errorf("nats: JetStream is not enabled")
+	}
+	n.srv = srv
+	return nil
+}
+
+func (n *natsServer) restart() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stopLocked()
+	// The port may take a moment to be released; retry briefly.
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = n.start(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+func (n *natsServer) stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stopLocked()
+}
+
+func (n *natsServer) stopLocked() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+func (n *natsServer) ready() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.srv != nil && n.srv.Running() && n.srv.JetStreamEnabled()
+}
