@@ -8,6 +8,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dataplane;
+pub mod receiver;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;

@@ -1,0 +1,269 @@
+//! One delivery attempt over HTTP: the Standard Webhooks request, the SSRF check on the
+//! resolved address at connect time, and the classification of what came back.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use herald_core::signing::{self, SigningKey};
+use herald_core::ssrf::{AddressPolicy, Forbidden};
+use herald_core::v1alpha1::Header;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+use crate::retry::parse_retry_after;
+
+/// Bytes of the response body kept in the attempt log.
+pub const SNIPPET_BYTES: usize = 1024;
+/// Bytes of a response body read at most; the rest is not read (the connection closes).
+const MAX_BODY_READ: usize = 64 * 1024;
+
+/// What an attempt came to. The variants are the attempt log's error classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Any 2xx.
+    Success,
+    /// A non-2xx status other than those below.
+    HttpError,
+    /// 429 or 503: slow down (honouring `Retry-After`).
+    RateLimited,
+    /// 410: the receiver says the endpoint is gone for good.
+    Gone,
+    /// 3xx: redirects are never followed.
+    Redirect,
+    /// No complete response within the endpoint's timeout.
+    Timeout,
+    /// Connection refused, reset, DNS failure, TLS failure.
+    ConnectError,
+    /// The address the host resolved to is refused by the platform's policy.
+    AddressForbidden,
+    /// Anything else that prevented a response.
+    RequestError,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "Success",
+            Self::HttpError => "HttpError",
+            Self::RateLimited => "RateLimited",
+            Self::Gone => "Gone",
+            Self::Redirect => "Redirect",
+            Self::Timeout => "Timeout",
+            Self::ConnectError => "ConnectError",
+            Self::AddressForbidden => "AddressForbidden",
+            Self::RequestError => "RequestError",
+        }
+    }
+
+    /// Whether the endpoint is overloaded or unreachable (drives concurrency down).
+    pub fn is_congestion(self) -> bool {
+        matches!(self, Self::Timeout | Self::RateLimited) || self == Self::HttpError
+    }
+}
+
+/// Classifies an HTTP status.
+pub fn classify_status(status: u16) -> Outcome {
+    match status {
+        200..=299 => Outcome::Success,
+        300..=399 => Outcome::Redirect,
+        410 => Outcome::Gone,
+        429 | 503 => Outcome::RateLimited,
+        _ => Outcome::HttpError,
+    }
+}
+
+/// The result of one attempt.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub outcome: Outcome,
+    pub status: Option<u16>,
+    pub latency: Duration,
+    /// The first [`SNIPPET_BYTES`] of the body, or the error, for the attempt log.
+    pub snippet: String,
+    pub retry_after: Option<Duration>,
+}
+
+/// A resolver that drops every address the policy refuses, so a host name that resolves
+/// (or is rebound) to an internal address can never be connected to.
+struct PolicyResolver {
+    policy: Arc<AddressPolicy>,
+}
+
+impl Resolve for PolicyResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let resolved: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let mut refused = None;
+            let allowed: Vec<SocketAddr> = resolved
+                .into_iter()
+                .filter(|addr| match policy.check_ip(addr.ip()) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        refused = Some(e);
+                        false
+                    }
+                })
+                .collect();
+            match (allowed.is_empty(), refused) {
+                (true, Some(forbidden)) => Err(Box::new(forbidden) as _),
+                _ => Ok(Box::new(allowed.into_iter()) as Addrs),
+            }
+        })
+    }
+}
+
+/// Builds the shared HTTP client: pooled connections, no redirects, no proxies, the
+/// policy-checking resolver.
+pub fn client(policy: Arc<AddressPolicy>) -> reqwest::Client {
+    crate::install_crypto_provider();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(5))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(64)
+        .tcp_nodelay(true)
+        .user_agent(concat!("Herald/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(PolicyResolver { policy })
+        .build()
+        .expect("the HTTP client configuration is valid")
+}
+
+/// One request to send.
+pub struct Attempt<'a> {
+    pub url: &'a url::Url,
+    pub event_id: &'a str,
+    pub body: Bytes,
+    pub keys: &'a [SigningKey],
+    pub headers: &'a [Header],
+    pub timeout: Duration,
+}
+
+/// Sends one attempt. Never panics and never takes longer than `timeout` (plus the time
+/// to read at most 64 KiB of a response that already arrived).
+pub async fn send(
+    client: &reqwest::Client,
+    policy: &AddressPolicy,
+    attempt: Attempt<'_>,
+) -> Response {
+    let started = Instant::now();
+    let fail = |outcome: Outcome, snippet: String| Response {
+        outcome,
+        status: None,
+        latency: started.elapsed(),
+        snippet,
+        retry_after: None,
+    };
+    // IP literals never reach the resolver, so they are checked here.
+    let literal = match attempt.url.host() {
+        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+        _ => None,
+    };
+    if let Some(ip) = literal
+        && let Err(forbidden) = policy.check_ip(ip)
+    {
+        return fail(Outcome::AddressForbidden, forbidden.to_string());
+    }
+    let now = jiff::Timestamp::now().as_second();
+    let signature = signing::sign(attempt.keys, attempt.event_id, now, &attempt.body);
+    let mut request = client
+        .post(attempt.url.clone())
+        .timeout(attempt.timeout)
+        .header("content-type", "application/json")
+        .header("webhook-id", attempt.event_id)
+        .header("webhook-timestamp", now.to_string())
+        .header("webhook-signature", signature);
+    for header in attempt.headers {
+        request = request.header(header.name.as_str(), header.value.as_str());
+    }
+    let response = match request.body(attempt.body).send().await {
+        Ok(response) => response,
+        Err(e) => {
+            let outcome = classify_error(&e);
+            return fail(outcome, error_chain(outcome, &e));
+        }
+    };
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, now));
+    let latency = started.elapsed();
+    let snippet = read_snippet(response).await;
+    Response {
+        outcome: classify_status(status),
+        status: Some(status),
+        latency,
+        snippet,
+        retry_after,
+    }
+}
+
+async fn read_snippet(mut response: reqwest::Response) -> String {
+    let mut snippet = Vec::new();
+    let mut read = 0;
+    while let Ok(Some(chunk)) = response.chunk().await {
+        read += chunk.len();
+        if snippet.len() < SNIPPET_BYTES {
+            let take = (SNIPPET_BYTES - snippet.len()).min(chunk.len());
+            snippet.extend_from_slice(&chunk[..take]);
+        }
+        if read > MAX_BODY_READ {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&snippet).into_owned()
+}
+
+fn classify_error(e: &reqwest::Error) -> Outcome {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.downcast_ref::<Forbidden>().is_some() {
+            return Outcome::AddressForbidden;
+        }
+        source = err.source();
+    }
+    if e.is_timeout() {
+        Outcome::Timeout
+    } else if e.is_connect() {
+        Outcome::ConnectError
+    } else {
+        Outcome::RequestError
+    }
+}
+
+/// The error and its causes on one line (no URL: it may carry a tenant's query secrets).
+fn error_chain(outcome: Outcome, e: &reqwest::Error) -> String {
+    let mut text = outcome.as_str().to_owned();
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        text.push_str(": ");
+        text.push_str(&err.to_string());
+        source = err.source();
+    }
+    text.truncate(SNIPPET_BYTES);
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_classify_as_the_contract_says() {
+        assert_eq!(classify_status(200), Outcome::Success);
+        assert_eq!(classify_status(204), Outcome::Success);
+        assert_eq!(classify_status(302), Outcome::Redirect);
+        assert_eq!(classify_status(410), Outcome::Gone);
+        assert_eq!(classify_status(429), Outcome::RateLimited);
+        assert_eq!(classify_status(503), Outcome::RateLimited);
+        assert_eq!(classify_status(500), Outcome::HttpError);
+        assert_eq!(classify_status(404), Outcome::HttpError);
+    }
+}

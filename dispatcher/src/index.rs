@@ -1,0 +1,292 @@
+//! The dispatcher's view of configuration: every endpoint and key set from the
+//! `herald-config` KV bucket, kept current by a watch. Fan-out reads it to match events;
+//! shards read it to deliver. While the Kubernetes API (or the operator) is down, this
+//! view simply stops changing — delivery goes on with the last known configuration.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
+use herald_core::dataplane::{EndpointConfig, EndpointKey, KeySet, keyset_key};
+use herald_core::pattern::Pattern;
+use herald_core::signing::SigningKey;
+use tokio::sync::broadcast;
+
+/// An endpoint as the data plane uses it: the configuration plus what is derived once.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub config: EndpointConfig,
+    pub key: EndpointKey,
+    pub url: url::Url,
+    pub patterns: Vec<Pattern>,
+}
+
+impl Endpoint {
+    pub fn matches(&self, event_type: &str) -> bool {
+        self.patterns.iter().any(|p| p.matches(event_type))
+    }
+}
+
+/// What changed, for shards to refresh their state.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Endpoint(EndpointKey),
+    Keys { namespace: String, secret: String },
+}
+
+#[derive(Default)]
+struct Inner {
+    endpoints: HashMap<EndpointKey, Arc<Endpoint>>,
+    by_namespace: HashMap<String, Vec<Arc<Endpoint>>>,
+    keys: HashMap<String, Arc<[SigningKey]>>,
+}
+
+/// Shared, cheaply cloned.
+#[derive(Clone)]
+pub struct Index {
+    inner: Arc<RwLock<Inner>>,
+    changes: broadcast::Sender<Change>,
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Self {
+            inner: Arc::default(),
+            changes: broadcast::channel(4096).0,
+        }
+    }
+}
+
+impl Index {
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.changes.subscribe()
+    }
+
+    pub fn endpoint(&self, key: &EndpointKey) -> Option<Arc<Endpoint>> {
+        self.inner
+            .read()
+            .expect("index lock")
+            .endpoints
+            .get(key)
+            .cloned()
+    }
+
+    /// Endpoints of a namespace, or `None` when the namespace has none at all.
+    pub fn namespace(&self, namespace: &str) -> Option<Vec<Arc<Endpoint>>> {
+        self.inner
+            .read()
+            .expect("index lock")
+            .by_namespace
+            .get(namespace)
+            .cloned()
+    }
+
+    /// The keys that sign for the endpoint's secret (newest first).
+    pub fn keys(&self, namespace: &str, secret: &str) -> Option<Arc<[SigningKey]>> {
+        self.inner
+            .read()
+            .expect("index lock")
+            .keys
+            .get(&keyset_key(namespace, secret))
+            .cloned()
+    }
+
+    pub fn endpoint_count(&self) -> usize {
+        self.inner.read().expect("index lock").endpoints.len()
+    }
+
+    /// Applies one KV entry. Malformed values are logged and skipped: one bad entry must
+    /// not stop the others from being used.
+    pub fn apply(&self, key: &str, value: Option<&[u8]>) {
+        let change = if let Some(rest) = key.strip_prefix("ep.") {
+            let Some(ep_key) = EndpointKey::parse(rest) else {
+                tracing::warn!(key, "ignoring a config entry with a malformed key");
+                return;
+            };
+            let endpoint = match value.map(compile) {
+                None => None,
+                Some(Ok(endpoint)) => Some(Arc::new(endpoint)),
+                Some(Err(error)) => {
+                    tracing::warn!(key, %error, "ignoring an invalid endpoint config");
+                    return;
+                }
+            };
+            let mut inner = self.inner.write().expect("index lock");
+            let ns = ep_key.namespace().to_owned();
+            match endpoint {
+                Some(endpoint) => {
+                    inner.endpoints.insert(ep_key.clone(), endpoint);
+                }
+                None => {
+                    inner.endpoints.remove(&ep_key);
+                }
+            }
+            let list: Vec<Arc<Endpoint>> = inner
+                .endpoints
+                .iter()
+                .filter(|(k, _)| k.namespace() == ns)
+                .map(|(_, e)| e.clone())
+                .collect();
+            if list.is_empty() {
+                inner.by_namespace.remove(&ns);
+            } else {
+                inner.by_namespace.insert(ns, list);
+            }
+            Change::Endpoint(ep_key)
+        } else if key.starts_with("key.") {
+            let keys = match value.map(parse_keys) {
+                None => None,
+                Some(Ok(keys)) => Some(keys),
+                Some(Err(error)) => {
+                    // The error names the problem, never the key material.
+                    tracing::warn!(key, %error, "ignoring an invalid key set");
+                    return;
+                }
+            };
+            let mut inner = self.inner.write().expect("index lock");
+            match keys {
+                Some(keys) => inner.keys.insert(key.to_owned(), keys),
+                None => inner.keys.remove(key),
+            };
+            let Some(ep) = key.strip_prefix("key.").and_then(EndpointKey::parse) else {
+                return;
+            };
+            Change::Keys {
+                namespace: ep.namespace().to_owned(),
+                secret: ep.name(),
+            }
+        } else {
+            return;
+        };
+        let _ = self.changes.send(change);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("not a valid EndpointConfig: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("url: {0}")]
+    Url(#[from] url::ParseError),
+    #[error("event type pattern: {0}")]
+    Pattern(#[from] herald_core::pattern::PatternError),
+    #[error("signing key {index}: {source}")]
+    Key {
+        index: usize,
+        #[source]
+        source: herald_core::signing::KeyError,
+    },
+}
+
+fn compile(value: &[u8]) -> Result<Endpoint, ConfigError> {
+    let config: EndpointConfig = serde_json::from_slice(value)?;
+    let url = url::Url::parse(&config.url)?;
+    let patterns = config
+        .event_types
+        .iter()
+        .map(|p| p.parse())
+        .collect::<Result<_, _>>()?;
+    Ok(Endpoint {
+        key: config.key(),
+        url,
+        patterns,
+        config,
+    })
+}
+
+fn parse_keys(value: &[u8]) -> Result<Arc<[SigningKey]>, ConfigError> {
+    let set: KeySet = serde_json::from_slice(value)?;
+    set.keys
+        .iter()
+        .enumerate()
+        .map(|(index, k)| {
+            SigningKey::from_whsec(k).map_err(|source| ConfigError::Key { index, source })
+        })
+        .collect()
+}
+
+/// Loads the bucket's current content, then follows changes until the watch ends.
+/// Returns once the initial snapshot is applied; the watch goes on in a task.
+pub async fn follow(
+    index: Index,
+    bucket: async_nats::jetstream::kv::Store,
+) -> Result<tokio::task::JoinHandle<()>, async_nats::jetstream::kv::WatchError> {
+    let mut watch = bucket.watch_all().await?;
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let mut ready_tx = Some(ready_tx);
+    // An empty bucket never sends a "seen current" entry; check up front.
+    let empty = bucket
+        .status()
+        .await
+        .map(|s| s.info.state.messages == 0)
+        .unwrap_or(false);
+    if empty && let Some(tx) = ready_tx.take() {
+        let _ = tx.send(());
+    }
+    let handle = tokio::spawn(async move {
+        while let Some(entry) = watch.next().await {
+            match entry {
+                Ok(entry) => {
+                    let value =
+                        matches!(entry.operation, async_nats::jetstream::kv::Operation::Put)
+                            .then_some(&entry.value[..]);
+                    index.apply(&entry.key, value);
+                    if entry.delta == 0
+                        && let Some(tx) = ready_tx.take()
+                    {
+                        let _ = tx.send(());
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "config watch error"),
+            }
+        }
+        tracing::warn!("config watch ended");
+    });
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(30), ready_rx).await;
+    Ok(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(name: &str, types: &[&str]) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "namespace": "shop", "name": name, "uid": "u1", "generation": 1,
+            "url": "https://hooks.example.com/", "eventTypes": types, "secret": "s",
+            "delivery": {}, "shard": 0
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn endpoints_are_indexed_by_namespace_and_removed_on_delete() {
+        let index = Index::default();
+        let mut changes = index.subscribe();
+        index.apply("ep.shop.orders", Some(&config("orders", &["order.*"])));
+        index.apply("ep.shop.all", Some(&config("all", &["*"])));
+        let eps = index.namespace("shop").unwrap();
+        assert_eq!(eps.len(), 2);
+        let matching: Vec<_> = eps.iter().filter(|e| e.matches("order.created")).collect();
+        assert_eq!(matching.len(), 2);
+        assert_eq!(eps.iter().filter(|e| e.matches("invoice.paid")).count(), 1);
+        index.apply("ep.shop.orders", None);
+        index.apply("ep.shop.all", None);
+        assert!(index.namespace("shop").is_none());
+        assert!(matches!(changes.try_recv(), Ok(Change::Endpoint(_))));
+    }
+
+    #[test]
+    fn invalid_entries_are_skipped_not_fatal() {
+        let index = Index::default();
+        index.apply("ep.shop.bad", Some(b"{not json"));
+        index.apply("key.shop.s", Some(br#"{"keys":["whsec_short"]}"#));
+        assert!(index.endpoint(&EndpointKey::new("shop", "bad")).is_none());
+        assert!(index.keys("shop", "s").is_none());
+        index.apply(
+            "key.shop.s",
+            Some(br#"{"keys":["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]}"#),
+        );
+        assert_eq!(index.keys("shop", "s").unwrap().len(), 1);
+    }
+}

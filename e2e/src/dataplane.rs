@@ -1,0 +1,204 @@
+//! Helpers for data-plane tests: endpoint configurations and keys written straight into
+//! the `herald-config` bucket (as the operator would), events published the way a
+//! producer does, and a dispatcher running in the background.
+
+use std::sync::OnceLock;
+
+use async_nats::jetstream::{self, kv};
+use herald_core::dataplane::{
+    ATTEMPTS_STREAM, CONFIG_BUCKET, EndpointConfig, EndpointHealth, EndpointKey, HEALTH_BUCKET,
+    KeySet, event_subject, keyset_key, shard_for,
+};
+use herald_core::v1alpha1::{DeliveryPolicy, WebhookEndpointSpec};
+use serde_json::{Value, json};
+
+use herald_dispatcher::index::Index;
+
+use crate::TestEnv;
+
+/// Shards the test dispatchers run with.
+pub const TEST_SHARDS: u32 = 4;
+
+/// A vector secret everyone can verify with.
+pub const TEST_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// An endpoint configuration from a `WebhookEndpoint` spec given as JSON (the same shape
+/// as the YAML a tenant writes).
+pub fn endpoint(namespace: &str, name: &str, spec: Value) -> EndpointConfig {
+    let mut full = json!({"secretRef": {"name": "signing"}, "eventTypes": ["*"]});
+    if let (Value::Object(full), Value::Object(spec)) = (&mut full, spec) {
+        full.extend(spec);
+    }
+    let spec: WebhookEndpointSpec = serde_json::from_value(full).expect("a valid spec");
+    EndpointConfig {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        uid: format!("uid-{namespace}-{name}"),
+        generation: 1,
+        url: spec.url,
+        event_types: spec.event_types,
+        secret: spec.secret_ref.name,
+        ordered: spec.ordered,
+        ordering_key: spec.ordering_key,
+        paused: spec.paused,
+        delivery: spec.delivery,
+        headers: spec.headers,
+        shard: shard_for(namespace, name, TEST_SHARDS),
+        enable_token: None,
+    }
+}
+
+/// The default delivery policy with a fast retry schedule for tests.
+pub fn fast_retries(schedule: &[&str]) -> DeliveryPolicy {
+    serde_json::from_value(json!({"retry": {"schedule": schedule}})).expect("policy")
+}
+
+/// Data-plane access for one test.
+#[derive(Clone)]
+pub struct DataPlane {
+    pub js: jetstream::Context,
+    pub config: kv::Store,
+    pub health: kv::Store,
+}
+
+impl DataPlane {
+    /// Opens (creating when needed, with the dispatcher's settings) the buckets.
+    pub async fn new(nats: async_nats::Client) -> Self {
+        let js = jetstream::new(nats);
+        // The dispatcher's own set-up creates everything; tests may run first.
+        herald_dispatcher::setup::ensure(&js, herald_dispatcher::setup::DEFAULT_RETENTION)
+            .await
+            .expect("JetStream layout");
+        let config = js
+            .get_key_value(CONFIG_BUCKET)
+            .await
+            .expect("config bucket");
+        let health = js
+            .get_key_value(HEALTH_BUCKET)
+            .await
+            .expect("health bucket");
+        Self { js, config, health }
+    }
+
+    pub async fn put_endpoint(&self, config: &EndpointConfig) {
+        self.config
+            .put(
+                config.key().config_key(),
+                serde_json::to_vec(config).unwrap().into(),
+            )
+            .await
+            .expect("writing the endpoint config");
+    }
+
+    pub async fn delete_endpoint(&self, namespace: &str, name: &str) {
+        self.config
+            .delete(EndpointKey::new(namespace, name).config_key())
+            .await
+            .expect("deleting the endpoint config");
+    }
+
+    pub async fn put_keys(&self, namespace: &str, secret: &str, keys: &[&str]) {
+        let set = KeySet {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        };
+        self.config
+            .put(
+                keyset_key(namespace, secret),
+                serde_json::to_vec(&set).unwrap().into(),
+            )
+            .await
+            .expect("writing the key set");
+    }
+
+    /// Publishes `{"type", "data"}` to `herald.events.<ns>.<type>`; returns the stream
+    /// sequence once JetStream acknowledged it.
+    pub async fn publish(&self, namespace: &str, event_type: &str, data: Value) -> u64 {
+        let body = serde_json::to_vec(&json!({"type": event_type, "data": data})).unwrap();
+        self.publish_raw(&event_subject(namespace, event_type), body)
+            .await
+    }
+
+    pub async fn publish_raw(&self, subject: &str, body: Vec<u8>) -> u64 {
+        self.js
+            .publish(subject.to_owned(), body.into())
+            .await
+            .expect("publish")
+            .await
+            .expect("publish ack")
+            .sequence
+    }
+
+    pub async fn health(&self, namespace: &str, name: &str) -> Option<EndpointHealth> {
+        let entry = self
+            .health
+            .get(EndpointKey::new(namespace, name).config_key())
+            .await
+            .ok()??;
+        serde_json::from_slice(&entry).ok()
+    }
+
+    /// Every attempt record of an endpoint so far, oldest first.
+    pub async fn attempts(&self, namespace: &str, name: &str) -> Vec<Value> {
+        let subject = EndpointKey::new(namespace, name).attempts_subject();
+        read_all(&self.js, ATTEMPTS_STREAM, &subject)
+            .await
+            .iter()
+            .flat_map(|payload| {
+                payload
+                    .split(|b| *b == b'\n')
+                    .filter(|line| !line.is_empty())
+                    .map(|line| serde_json::from_slice(line).expect("attempt record"))
+                    .collect::<Vec<Value>>()
+            })
+            .collect()
+    }
+}
+
+/// Every message of `subject` in `stream`, oldest first.
+pub async fn read_all(js: &jetstream::Context, stream: &str, subject: &str) -> Vec<Vec<u8>> {
+    let stream = js.get_stream(stream).await.expect("stream");
+    let mut out = Vec::new();
+    let mut seq = 1;
+    while let Ok(message) = stream.direct_get_next_for_subject(subject, Some(seq)).await {
+        seq = message.sequence + 1;
+        out.push(message.payload.to_vec());
+    }
+    out
+}
+
+static SHARED_DISPATCHER: OnceLock<Index> = OnceLock::new();
+
+/// Starts (once per test process) a dispatcher against `env` on a thread of its own, so
+/// it outlives each test's runtime. It runs until the process ends. Returns its
+/// configuration index.
+pub fn shared_dispatcher(env: &'static TestEnv) -> &'static Index {
+    SHARED_DISPATCHER.get_or_init(|| {
+        let url = env.nats_url().to_owned();
+        let index = Index::default();
+        let theirs = index.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().expect("dispatcher runtime");
+            let config =
+                herald_dispatcher::Config::for_tests(&url, &format!("e2e-{}", std::process::id()));
+            let run = herald_dispatcher::run_with_index(config, theirs, std::future::pending());
+            if let Err(error) = runtime.block_on(run) {
+                panic!("dispatcher failed: {error}");
+            }
+        });
+        index
+    })
+}
+
+/// Waits until the shared dispatcher uses `config` (its generation and pause state).
+pub async fn until_applied(index: &Index, config: &EndpointConfig) {
+    let key = config.key();
+    crate::eventually(
+        &format!("the dispatcher to apply {key}"),
+        std::time::Duration::from_secs(30),
+        || {
+            let applied = index.endpoint(&key).is_some_and(|e| e.config == *config);
+            async move { applied.then_some(()) }
+        },
+    )
+    .await;
+}

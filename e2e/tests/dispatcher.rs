@@ -1,0 +1,391 @@
+//! The data plane against a real nats-server: events published the way producers do
+//! become signed HTTP deliveries to receivers on 127.0.0.1, with retries, isolation and
+//! the delivery contract of the brief. One dispatcher serves every test of this file
+//! (as one installation serves many tenants); each test has its own namespace.
+
+use std::time::{Duration, Instant};
+
+use herald_core::dataplane::{DEADLETTER_STREAM, EndpointConfig};
+use herald_core::signing::{SigningKey, verify};
+use herald_core::v1alpha1::{CircuitState, EndpointState};
+use herald_dispatcher::index::Index;
+use herald_e2e::dataplane::{
+    DataPlane, TEST_SECRET, endpoint, read_all, shared_dispatcher, until_applied,
+};
+use herald_e2e::receiver::{Behavior, Receiver};
+use herald_e2e::{env, eventually, unique_name};
+use serde_json::json;
+
+struct Setup {
+    index: &'static Index,
+    dp: DataPlane,
+    rx: Receiver,
+    ns: String,
+}
+
+async fn setup(prefix: &str) -> Setup {
+    let index = shared_dispatcher(env());
+    let dp = DataPlane::new(env().nats().await).await;
+    let ns = unique_name(prefix);
+    dp.put_keys(&ns, "signing", &[TEST_SECRET]).await;
+    Setup {
+        index,
+        dp,
+        rx: Receiver::start().await,
+        ns,
+    }
+}
+
+impl Setup {
+    async fn endpoint(&self, name: &str, mut spec: serde_json::Value) -> EndpointConfig {
+        spec["url"] = json!(self.rx.url(name));
+        let config = endpoint(&self.ns, name, spec);
+        self.apply(&config).await;
+        config
+    }
+
+    async fn apply(&self, config: &EndpointConfig) {
+        self.dp.put_endpoint(config).await;
+        until_applied(self.index, config).await;
+    }
+
+    async fn received(
+        &self,
+        path: &str,
+        n: usize,
+        within: Duration,
+    ) -> Vec<herald_e2e::receiver::Received> {
+        let rx = self.rx.clone();
+        eventually(&format!("{n} requests on /{path}"), within, || {
+            let got = rx.received(path);
+            async move { (got.len() >= n).then_some(got) }
+        })
+        .await
+    }
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_delivery_is_signed_the_standard_webhooks_way() {
+    let s = setup("sign").await;
+    s.endpoint(
+        "hook",
+        json!({"eventTypes": ["order.*"], "headers": [{"name": "X-Tenant", "value": "shop"}]}),
+    )
+    .await;
+    s.dp.publish(&s.ns, "order.created", json!({"id": 42}))
+        .await;
+    let got = s.received("hook", 1, WAIT).await;
+    let req = &got[0];
+    assert_eq!(req.header("content-type"), "application/json");
+    assert_eq!(req.header("x-tenant"), "shop");
+    let id = req.header("webhook-id");
+    assert!(id.starts_with("msg_"), "{id}");
+    let ts = req.header("webhook-timestamp");
+    let now = jiff::Timestamp::now().as_second();
+    let key = SigningKey::from_whsec(TEST_SECRET).unwrap();
+    verify(
+        &[key],
+        id,
+        ts,
+        req.header("webhook-signature"),
+        &req.body,
+        now,
+        300,
+    )
+    .expect("the signature verifies with the endpoint's secret");
+    let body = req.json();
+    assert_eq!(body["type"], "order.created");
+    assert_eq!(body["data"], json!({"id": 42}));
+    assert!(body["timestamp"].as_str().unwrap().ends_with('Z'));
+}
+
+#[tokio::test]
+async fn only_matching_event_types_are_delivered() {
+    let s = setup("match").await;
+    s.endpoint("orders", json!({"eventTypes": ["order.*"]}))
+        .await;
+    s.endpoint("invoices", json!({"eventTypes": ["invoice.paid"]}))
+        .await;
+    s.dp.publish(&s.ns, "invoice.paid", json!(1)).await;
+    s.dp.publish(&s.ns, "order.item.added", json!(2)).await;
+    let orders = s.received("orders", 1, WAIT).await;
+    let invoices = s.received("invoices", 1, WAIT).await;
+    assert_eq!(orders[0].json()["type"], "order.item.added");
+    assert_eq!(invoices[0].json()["type"], "invoice.paid");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(s.rx.received("orders").len(), 1);
+    assert_eq!(s.rx.received("invoices").len(), 1);
+}
+
+#[tokio::test]
+async fn retries_follow_the_schedule_with_a_stable_id() {
+    let s = setup("retry").await;
+    s.rx.behave("flaky", Behavior::statuses(&[500, 502, 200]));
+    s.endpoint(
+        "flaky",
+        json!({"delivery": {"retry": {"schedule": ["1s", "2s"]}}}),
+    )
+    .await;
+    s.dp.publish(&s.ns, "order.created", json!({})).await;
+    let got = s.received("flaky", 3, WAIT).await;
+    let ids: Vec<&str> = got.iter().map(|r| r.header("webhook-id")).collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    let first_gap = got[1].at - got[0].at;
+    let second_gap = got[2].at - got[1].at;
+    assert!(first_gap >= Duration::from_millis(900), "{first_gap:?}");
+    assert!(second_gap >= Duration::from_millis(1900), "{second_gap:?}");
+    let dp = s.dp.clone();
+    let ns = s.ns.clone();
+    let records = eventually("three attempt records", WAIT, || {
+        let (dp, ns) = (dp.clone(), ns.clone());
+        async move {
+            let r = dp.attempts(&ns, "flaky").await;
+            (r.len() >= 3).then_some(r)
+        }
+    })
+    .await;
+    let states: Vec<(&str, u64)> = records
+        .iter()
+        .map(|r| (r["state"].as_str().unwrap(), r["attempt"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(states, [("retrying", 1), ("retrying", 2), ("succeeded", 3)]);
+    assert_eq!(records[0]["httpStatus"], 500);
+}
+
+#[tokio::test]
+async fn retry_after_on_429_is_honoured() {
+    let s = setup("ratelimit").await;
+    s.rx.behave(
+        "busy",
+        Behavior::statuses(&[429, 200]).with_header("retry-after", "3"),
+    );
+    s.endpoint("busy", json!({"delivery": {"retry": {"schedule": ["1s"]}}}))
+        .await;
+    s.dp.publish(&s.ns, "a", json!({})).await;
+    let got = s.received("busy", 2, WAIT).await;
+    let gap = got[1].at - got[0].at;
+    assert!(
+        gap >= Duration::from_millis(2900),
+        "retried after {gap:?}, Retry-After was 3 s"
+    );
+}
+
+#[tokio::test]
+async fn a_redirect_is_a_failure_and_is_not_followed() {
+    let s = setup("redirect").await;
+    s.rx.behave(
+        "moved",
+        Behavior::statuses(&[302, 200]).with_header("location", &s.rx.url("elsewhere")),
+    );
+    s.endpoint(
+        "moved",
+        json!({"delivery": {"retry": {"schedule": ["1s"]}}}),
+    )
+    .await;
+    s.dp.publish(&s.ns, "a", json!({})).await;
+    s.received("moved", 2, WAIT).await;
+    assert!(
+        s.rx.received("elsewhere").is_empty(),
+        "the redirect was followed"
+    );
+    let records = s.dp.attempts(&s.ns, "moved").await;
+    assert_eq!(records[0]["outcome"], "Redirect");
+}
+
+#[tokio::test]
+async fn final_status_codes_end_a_delivery_at_once() {
+    let s = setup("final").await;
+    s.rx.behave("strict", Behavior::statuses(&[400]));
+    s.endpoint(
+        "strict",
+        json!({"delivery": {"finalStatusCodes": [400], "retry": {"schedule": ["1s"]}}}),
+    )
+    .await;
+    s.rx.behave("lenient", Behavior::statuses(&[404, 200]));
+    s.endpoint(
+        "lenient",
+        json!({"delivery": {"finalStatusCodes": [400], "retry": {"schedule": ["1s"]}}}),
+    )
+    .await;
+    s.dp.publish(&s.ns, "a", json!({})).await;
+    s.received("lenient", 2, WAIT).await;
+    assert_eq!(s.rx.received("strict").len(), 1, "a final 400 was retried");
+    let records = s.dp.attempts(&s.ns, "strict").await;
+    assert_eq!(records.last().unwrap()["state"], "dead");
+}
+
+#[tokio::test]
+async fn gone_disables_the_endpoint() {
+    let s = setup("gone").await;
+    s.rx.behave("gone", Behavior::statuses(&[410]));
+    s.endpoint("gone", json!({"delivery": {"retry": {"schedule": ["1s"]}}}))
+        .await;
+    s.dp.publish(&s.ns, "a", json!(1)).await;
+    s.received("gone", 1, WAIT).await;
+    let dp = s.dp.clone();
+    let ns = s.ns.clone();
+    let health = eventually("Disabled health", WAIT, || {
+        let (dp, ns) = (dp.clone(), ns.clone());
+        async move {
+            dp.health(&ns, "gone")
+                .await
+                .filter(|h| h.state == Some(EndpointState::Disabled))
+        }
+    })
+    .await;
+    assert_eq!(health.disabled_reason.as_deref(), Some("Gone"));
+    s.dp.publish(&s.ns, "a", json!(2)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        s.rx.received("gone").len(),
+        1,
+        "a disabled endpoint was called"
+    );
+}
+
+#[tokio::test]
+async fn a_paused_endpoint_gets_nothing_until_resumed() {
+    let s = setup("pause").await;
+    let mut config = s.endpoint("held", json!({"paused": true})).await;
+    for i in 0..3 {
+        s.dp.publish(&s.ns, "a", json!(i)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        s.rx.received("held").is_empty(),
+        "a paused endpoint was called"
+    );
+    config.paused = false;
+    s.apply(&config).await;
+    let got = s.received("held", 3, WAIT).await;
+    // Not an ordered endpoint: the three go out in parallel, in any order.
+    let mut data: Vec<i64> = got
+        .iter()
+        .map(|r| r.json()["data"].as_i64().unwrap())
+        .collect();
+    data.sort();
+    assert_eq!(data, [0, 1, 2]);
+}
+
+#[tokio::test]
+async fn a_malformed_event_is_dead_lettered_and_the_next_one_delivered() {
+    let s = setup("malformed").await;
+    s.endpoint("hook", json!({})).await;
+    let subject = format!("herald.events.{}.a", s.ns);
+    s.dp.publish_raw(&subject, b"this is not json".to_vec())
+        .await;
+    s.dp.publish(&s.ns, "a", json!("after")).await;
+    let got = s.received("hook", 1, WAIT).await;
+    assert_eq!(got[0].json()["data"], "after");
+    let dead = read_all(&s.dp.js, DEADLETTER_STREAM, "herald.deadletter.NotJson").await;
+    assert!(
+        dead.iter().any(|m| m == b"this is not json"),
+        "the malformed event is not in the dead-letter stream"
+    );
+}
+
+#[tokio::test]
+async fn an_ordered_endpoint_receives_in_order_despite_failures() {
+    let s = setup("ordered").await;
+    // The second request fails twice; nothing may overtake it.
+    s.rx.behave("ledger", Behavior::statuses(&[200, 500, 500, 200]));
+    s.endpoint(
+        "ledger",
+        json!({"ordered": true, "delivery": {"retry": {"schedule": ["1s", "1s", "1s"]}}}),
+    )
+    .await;
+    for i in 0..6 {
+        s.dp.publish(&s.ns, "a", json!(i)).await;
+    }
+    let got = s.received("ledger", 8, WAIT).await;
+    let succeeded: Vec<i64> = got
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![1, 2].contains(i))
+        .map(|(_, r)| r.json()["data"].as_i64().unwrap())
+        .collect();
+    assert_eq!(succeeded, [0, 1, 2, 3, 4, 5]);
+    assert_eq!(s.rx.max_in_flight("ledger"), 1);
+}
+
+#[tokio::test]
+async fn the_circuit_opens_and_a_probe_closes_it() {
+    let s = setup("circuit").await;
+    s.rx.behave(
+        "broken",
+        Behavior::statuses(&[500, 500, 500, 500, 500, 200]),
+    );
+    s.endpoint(
+        "broken",
+        json!({"delivery": {
+            "retry": {"schedule": ["1s", "1s", "1s", "1s", "1s", "1s", "1s", "1s"]},
+            "circuitBreaker": {"failureThreshold": 3, "probeInterval": "2s"}
+        }}),
+    )
+    .await;
+    for i in 0..5 {
+        s.dp.publish(&s.ns, "a", json!(i)).await;
+    }
+    let dp = s.dp.clone();
+    let ns = s.ns.clone();
+    eventually("an open circuit", WAIT, || {
+        let (dp, ns) = (dp.clone(), ns.clone());
+        async move {
+            dp.health(&ns, "broken")
+                .await
+                .filter(|h| h.circuit == Some(CircuitState::Open))
+        }
+    })
+    .await;
+    let health = eventually("the circuit closed again", Duration::from_secs(60), || {
+        let (dp, ns) = (dp.clone(), ns.clone());
+        async move {
+            dp.health(&ns, "broken").await.filter(|h| {
+                h.circuit == Some(CircuitState::Closed)
+                    && h.last_delivery
+                        .as_ref()
+                        .is_some_and(|l| l.outcome == "Success")
+            })
+        }
+    })
+    .await;
+    assert!(
+        health.first_failure_ms.is_none(),
+        "a success ends the failure run"
+    );
+    // While open, requests were probes: far fewer than 5 events x retries.
+    let got = s.rx.received("broken");
+    let during_open: Vec<_> = got.windows(2).map(|w| w[1].at - w[0].at).collect();
+    assert!(got.len() >= 6, "{}", got.len());
+    assert!(
+        during_open
+            .iter()
+            .any(|gap| *gap >= Duration::from_millis(1500)),
+        "no probe spacing seen: {during_open:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_endpoint_does_not_slow_a_healthy_one() {
+    let s = setup("isolate").await;
+    s.rx.behave("slow", Behavior::delayed(Duration::from_secs(5)));
+    s.endpoint(
+        "slow",
+        json!({"delivery": {"timeout": "1s", "maxInFlight": 64, "retry": {"schedule": ["1s"]}}}),
+    )
+    .await;
+    s.endpoint("healthy", json!({})).await;
+    let started = Instant::now();
+    for i in 0..50 {
+        s.dp.publish(&s.ns, "a", json!(i)).await;
+    }
+    let got = s.received("healthy", 50, WAIT).await;
+    let spread = got.last().unwrap().at - started;
+    // 50 events to a healthy local receiver while its neighbour times out on every request.
+    assert!(
+        spread < Duration::from_secs(5),
+        "the healthy endpoint took {spread:?}"
+    );
+}
