@@ -240,7 +240,7 @@ impl Window {
         if total == 0 {
             return None;
         }
-        let target = total.div_ceil(20) * 19;
+        let target = (total * 95).div_ceil(100);
         let mut seen = 0;
         for (i, c) in counts.iter().enumerate() {
             seen += c;

@@ -22,6 +22,16 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// A copy (tests change configurations through it).
+    pub fn clone_for_test(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            key: self.key.clone(),
+            url: self.url.clone(),
+            patterns: self.patterns.clone(),
+        }
+    }
+
     pub fn matches(&self, event_type: &str) -> bool {
         self.patterns.iter().any(|p| p.matches(event_type))
     }
@@ -211,16 +221,20 @@ pub async fn follow(
     index: Index,
     bucket: async_nats::jetstream::kv::Store,
 ) -> Result<tokio::task::JoinHandle<()>, async_nats::jetstream::kv::WatchError> {
-    let mut watch = bucket.watch_all().await?;
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let mut ready_tx = Some(ready_tx);
-    // An empty bucket never sends a "seen current" entry; check up front.
-    let empty = bucket
+    // The snapshot is complete once the watch has delivered the bucket's last revision
+    // as of now (the watch sends the latest entry of every key, the newest last).
+    let last = bucket
         .status()
         .await
-        .map(|s| s.info.state.messages == 0)
-        .unwrap_or(false);
-    if empty && let Some(tx) = ready_tx.take() {
+        .map(|s| s.info.state.last_sequence)
+        .unwrap_or(0);
+    let mut watch = bucket.watch_with_history(">").await?;
+    let observer = index.clone();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let mut ready_tx = Some(ready_tx);
+    if last == 0
+        && let Some(tx) = ready_tx.take()
+    {
         let _ = tx.send(());
     }
     let handle = tokio::spawn(async move {
@@ -231,7 +245,7 @@ pub async fn follow(
                         matches!(entry.operation, async_nats::jetstream::kv::Operation::Put)
                             .then_some(&entry.value[..]);
                     index.apply(&entry.key, value);
-                    if entry.delta == 0
+                    if entry.revision >= last
                         && let Some(tx) = ready_tx.take()
                     {
                         let _ = tx.send(());
@@ -242,7 +256,16 @@ pub async fn follow(
         }
         tracing::warn!("config watch ended");
     });
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(30), ready_rx).await;
+    if tokio::time::timeout(std::time::Duration::from_secs(60), ready_rx)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the configuration snapshot did not complete within 60 s; going on");
+    }
+    tracing::info!(
+        endpoints = observer.endpoint_count(),
+        "configuration loaded"
+    );
     Ok(handle)
 }
 

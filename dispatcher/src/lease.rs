@@ -35,7 +35,7 @@ fn rendezvous(shard: u32, member: &str) -> u64 {
 }
 
 /// The member that should own `shard`.
-pub fn desired_owner<'a>(shard: u32, members: &'a BTreeSet<String>) -> Option<&'a str> {
+pub fn desired_owner(shard: u32, members: &BTreeSet<String>) -> Option<&str> {
     members
         .iter()
         .max_by_key(|m| rendezvous(shard, m))

@@ -127,11 +127,17 @@ pub async fn run_with_index(
     tracing::info!("shutting down");
     let _ = ready_tx.send(false);
     let _ = stop_tx.send(true);
-    if let Ok(Err(error)) = fanout.await {
-        tracing::warn!(%error, "fan-out ended with an error");
+    // Bounded: with NATS gone, nothing here may hang the shutdown.
+    let limit = Duration::from_secs_f64(config.grace_seconds) + Duration::from_secs(5);
+    match tokio::time::timeout(limit, fanout).await {
+        Ok(Ok(Err(error))) => tracing::warn!(%error, "fan-out ended with an error"),
+        Err(_) => tracing::warn!("fan-out did not stop in time"),
+        _ => {}
     }
-    if let Ok(Err(error)) = leases.await {
-        tracing::warn!(%error, "lease loop ended with an error");
+    match tokio::time::timeout(limit, leases).await {
+        Ok(Ok(Err(error))) => tracing::warn!(%error, "lease loop ended with an error"),
+        Err(_) => tracing::warn!("shards did not stop in time; their work stays in JetStream"),
+        _ => {}
     }
     watcher.abort();
     server.abort();

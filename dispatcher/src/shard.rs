@@ -574,14 +574,14 @@ impl Runtime {
             for lane in [Lane::New, Lane::Retry] {
                 if let Some(below) = state.lane(lane).purge_point() {
                     let subject = key.lane_subject(self.shard, lane);
-                    let _ = self
+                    let purge = self
                         .shared
                         .layout
                         .deliveries
                         .purge()
                         .filter(subject)
-                        .sequence(below)
-                        .await;
+                        .sequence(below);
+                    let _ = tokio::time::timeout(Duration::from_secs(2), purge.into_future()).await;
                 }
             }
         }

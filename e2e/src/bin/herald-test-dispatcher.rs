@@ -1,0 +1,32 @@
+//! The dispatcher as a separate process, for tests that kill it (`kill -9`) or run
+//! several replicas. Same flags as `herald-dispatcher`.
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,async_nats=warn".into()),
+        )
+        .init();
+    let config = herald_dispatcher::Config::parse();
+    // Stop with the test that started this process, even when it panicked or was killed.
+    let parent = std::os::unix::process::parent_id();
+    let orphaned = async move {
+        while std::os::unix::process::parent_id() == parent {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    };
+    let shutdown = async {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = orphaned => {}
+        }
+    };
+    if let Err(error) = herald_dispatcher::run(config, shutdown).await {
+        eprintln!("dispatcher: {error}");
+        std::process::exit(1);
+    }
+}
