@@ -4,7 +4,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/herald/target
 export HERALD_BIN_DIR ?= $(HOME)/.cache/herald/bin
 TESTENV_DIR ?= $(CURDIR)/.testenv
 
-.PHONY: help test demo crds e2e-tools testenv-up testenv-down fmt lint
+.PHONY: help test demo crds e2e-tools testenv-up testenv-down fmt lint bench
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,3 +33,6 @@ fmt: ## Format Rust and Go code
 
 lint: ## Clippy with warnings as errors
 	cargo clippy --workspace --all-targets -- -D warnings
+
+bench: e2e-tools ## Run the benchmark (release build) and write docs/benchmark.md
+	cargo run --release -p herald-e2e --bin herald-bench -- --report docs/benchmark.md

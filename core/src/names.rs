@@ -7,8 +7,15 @@ pub const GROUP: &str = "herald.dev";
 pub const FIELD_MANAGER: &str = "herald.dev/operator";
 /// Finalizer on a `WebhookEndpoint`: Herald holds its queue and delivery log in JetStream.
 pub const ENDPOINT_FINALIZER: &str = "herald.dev/delivery-cleanup";
+/// Finalizer on a `SigningSecret`: Herald holds its key set in NATS (`herald-config`).
+pub const SIGNING_SECRET_FINALIZER: &str = "herald.dev/keyset-cleanup";
 /// Annotation that asks the operator to rotate a `SigningSecret` now; any new value works.
 pub const ROTATE_ANNOTATION: &str = "herald.dev/rotate";
+/// Annotation that re-enables a disabled `WebhookEndpoint`; any new value works (it is
+/// copied into the endpoint's `enableToken` in the data plane).
+pub const ENABLE_ANNOTATION: &str = "herald.dev/enable";
+/// Name of the coordination.k8s.io Lease the operator replicas elect a leader with.
+pub const LEADER_LEASE: &str = "herald-operator";
 /// Label put on the Kubernetes Secrets Herald generates.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`MANAGED_BY_LABEL`].
@@ -44,4 +51,16 @@ pub mod reason {
     pub const KEY_GENERATED: &str = "KeyGenerated";
     pub const SECRET_ROTATED: &str = "SecretRotated";
     pub const NOT_IMPLEMENTED: &str = "NotImplemented";
+    /// The endpoint's host name does not resolve (yet); retried every minute.
+    pub const URL_UNRESOLVABLE: &str = "UrlUnresolvable";
+    /// The endpoint is not disabled.
+    pub const ENABLED: &str = "Enabled";
+    /// A disabled endpoint delivers again.
+    pub const RECOVERED: &str = "Recovered";
+    /// Deliveries stopped (Event reason).
+    pub const DISABLED: &str = "Disabled";
+    /// The replay's time range reaches past the retention window.
+    pub const OUTSIDE_RETENTION: &str = "OutsideRetention";
+    /// The replay request is valid.
+    pub const VALID: &str = "Valid";
 }

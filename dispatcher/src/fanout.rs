@@ -116,17 +116,19 @@ impl FanOut {
             published,
             self.max_event_bytes,
         )
-        .and_then(|event| match self.index.namespace(&event.namespace) {
-            Some(endpoints) => Ok((event, endpoints)),
-            None => Err(BadEvent::UnknownTenant(event.namespace)),
-        });
+        .and_then(
+            |event| match self.index.matching(&event.namespace, &event.event_type) {
+                Some(endpoints) => Ok((event, endpoints)),
+                None => Err(BadEvent::UnknownTenant(event.namespace)),
+            },
+        );
         let (event, endpoints) = match event {
             Ok(ok) => ok,
             Err(bad) => return self.dead_letter(message, &event_id, bad).await,
         };
         self.metrics.events_ingested.inc();
         let mut acks = Vec::new();
-        for endpoint in endpoints.iter().filter(|e| e.matches(&event.event_type)) {
+        for endpoint in &endpoints {
             let mut headers = HeaderMap::new();
             headers.insert(EVENT_ID_HEADER, event_id.as_str());
             headers.insert(PUBLISHED_HEADER, published_ms.to_string().as_str());

@@ -47,8 +47,50 @@ pub enum Change {
 #[derive(Default)]
 struct Inner {
     endpoints: HashMap<EndpointKey, Arc<Endpoint>>,
-    by_namespace: HashMap<String, Vec<Arc<Endpoint>>>,
+    namespaces: HashMap<String, Namespace>,
     keys: HashMap<String, Arc<[SigningKey]>>,
+}
+
+/// A tenant's endpoints, indexed for matching: exact event types by hash lookup, so a
+/// namespace with many endpoints costs the fan-out only its candidates per event.
+#[derive(Default)]
+struct Namespace {
+    exact: HashMap<String, Vec<EndpointKey>>,
+    wildcard: Vec<EndpointKey>,
+    count: usize,
+}
+
+impl Namespace {
+    fn add(&mut self, endpoint: &Endpoint) {
+        self.count += 1;
+        for pattern in &endpoint.patterns {
+            if pattern.is_exact() {
+                self.exact
+                    .entry(pattern.to_string())
+                    .or_default()
+                    .push(endpoint.key.clone());
+            } else if !self.wildcard.contains(&endpoint.key) {
+                self.wildcard.push(endpoint.key.clone());
+            }
+        }
+    }
+
+    fn remove(&mut self, endpoint: &Endpoint) {
+        self.count = self.count.saturating_sub(1);
+        for pattern in &endpoint.patterns {
+            if pattern.is_exact() {
+                let ty = pattern.to_string();
+                if let Some(keys) = self.exact.get_mut(&ty) {
+                    keys.retain(|k| *k != endpoint.key);
+                    if keys.is_empty() {
+                        self.exact.remove(&ty);
+                    }
+                }
+            } else {
+                self.wildcard.retain(|k| *k != endpoint.key);
+            }
+        }
+    }
 }
 
 /// Shared, cheaply cloned.
@@ -81,14 +123,22 @@ impl Index {
             .cloned()
     }
 
-    /// Endpoints of a namespace, or `None` when the namespace has none at all.
-    pub fn namespace(&self, namespace: &str) -> Option<Vec<Arc<Endpoint>>> {
-        self.inner
-            .read()
-            .expect("index lock")
-            .by_namespace
-            .get(namespace)
-            .cloned()
+    /// The endpoints of `namespace` that receive `event_type`, or `None` when the
+    /// namespace has no endpoints at all (an unknown tenant).
+    pub fn matching(&self, namespace: &str, event_type: &str) -> Option<Vec<Arc<Endpoint>>> {
+        let inner = self.inner.read().expect("index lock");
+        let ns = inner.namespaces.get(namespace)?;
+        let mut out: Vec<Arc<Endpoint>> = Vec::new();
+        let exact = ns.exact.get(event_type).into_iter().flatten();
+        for key in exact.chain(ns.wildcard.iter()) {
+            if let Some(endpoint) = inner.endpoints.get(key)
+                && endpoint.matches(event_type)
+                && !out.iter().any(|e| e.key == *key)
+            {
+                out.push(endpoint.clone());
+            }
+        }
+        Some(out)
     }
 
     /// The keys that sign for the endpoint's secret (newest first).
@@ -121,26 +171,27 @@ impl Index {
                     return;
                 }
             };
-            let mut inner = self.inner.write().expect("index lock");
+            let mut guard = self.inner.write().expect("index lock");
+            let inner = &mut *guard;
             let ns = ep_key.namespace().to_owned();
-            match endpoint {
+            let old = match endpoint {
                 Some(endpoint) => {
-                    inner.endpoints.insert(ep_key.clone(), endpoint);
+                    inner
+                        .namespaces
+                        .entry(ns.clone())
+                        .or_default()
+                        .add(&endpoint);
+                    inner.endpoints.insert(ep_key.clone(), endpoint)
                 }
-                None => {
-                    inner.endpoints.remove(&ep_key);
+                None => inner.endpoints.remove(&ep_key),
+            };
+            if let Some(old) = old
+                && let Some(namespace) = inner.namespaces.get_mut(&ns)
+            {
+                namespace.remove(&old);
+                if namespace.count == 0 {
+                    inner.namespaces.remove(&ns);
                 }
-            }
-            let list: Vec<Arc<Endpoint>> = inner
-                .endpoints
-                .iter()
-                .filter(|(k, _)| k.namespace() == ns)
-                .map(|(_, e)| e.clone())
-                .collect();
-            if list.is_empty() {
-                inner.by_namespace.remove(&ns);
-            } else {
-                inner.by_namespace.insert(ns, list);
             }
             Change::Endpoint(ep_key)
         } else if key.starts_with("key.") {
@@ -288,14 +339,18 @@ mod tests {
         let mut changes = index.subscribe();
         index.apply("ep.shop.orders", Some(&config("orders", &["order.*"])));
         index.apply("ep.shop.all", Some(&config("all", &["*"])));
-        let eps = index.namespace("shop").unwrap();
-        assert_eq!(eps.len(), 2);
-        let matching: Vec<_> = eps.iter().filter(|e| e.matches("order.created")).collect();
-        assert_eq!(matching.len(), 2);
-        assert_eq!(eps.iter().filter(|e| e.matches("invoice.paid")).count(), 1);
+        index.apply("ep.shop.paid", Some(&config("paid", &["invoice.paid"])));
+        assert_eq!(index.matching("shop", "order.created").unwrap().len(), 2);
+        assert_eq!(index.matching("shop", "invoice.paid").unwrap().len(), 2);
+        assert_eq!(index.matching("shop", "invoice.void").unwrap().len(), 1);
+        // A changed config replaces the old patterns.
+        index.apply("ep.shop.paid", Some(&config("paid", &["invoice.void"])));
+        assert_eq!(index.matching("shop", "invoice.paid").unwrap().len(), 1);
+        assert_eq!(index.matching("shop", "invoice.void").unwrap().len(), 2);
         index.apply("ep.shop.orders", None);
         index.apply("ep.shop.all", None);
-        assert!(index.namespace("shop").is_none());
+        index.apply("ep.shop.paid", None);
+        assert!(index.matching("shop", "order.created").is_none());
         assert!(matches!(changes.try_recv(), Ok(Change::Endpoint(_))));
     }
 

@@ -235,11 +235,14 @@ impl Runtime {
             Err(_) => self.endpoints.keys().cloned().collect(),
         };
         for key in keys {
+            // State exists only for endpoints with traffic on this shard; the others pick
+            // their configuration up when their first message arrives.
             let ep = self.shared.index.endpoint(&key);
             if ep.is_none() {
-                if self.endpoints.contains_key(&key) {
-                    self.remove_endpoint(&key);
-                }
+                self.remove_endpoint(&key);
+                continue;
+            }
+            if !self.endpoints.contains_key(&key) {
                 continue;
             }
             let keys = ep.as_ref().and_then(|e| {

@@ -2,6 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use herald_operator::Config;
 
 /// Herald's operator.
 #[derive(Parser)]
@@ -19,13 +20,65 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Reconcile Herald's resources (the leader replica) or stand by.
+    Run(Box<Config>),
 }
 
 fn main() -> anyhow::Result<()> {
     let Cli { command } = Cli::parse();
     match command {
         Command::Crd { out } => write_crds(out),
+        Command::Run(config) => run(*config),
     }
+}
+
+fn run(config: Config) -> anyhow::Result<()> {
+    init_tracing(config.json_logs);
+    // kube is built with ring; install it as rustls' process-wide provider once, so no
+    // dependency can pick a different one.
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?
+        .block_on(herald_operator::run(config, shutdown_signal()))
+        .context("herald-operator")
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// SIGTERM (Kubernetes) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
 }
 
 fn write_crds(out: Option<PathBuf>) -> anyhow::Result<()> {

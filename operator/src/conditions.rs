@@ -1,0 +1,98 @@
+//! Status conditions, merged so that `lastTransitionTime` moves only when a condition's
+//! status flips.
+//!
+//! Contract: [`merge`] is pure and deterministic given `now`; rendering the same desired
+//! conditions twice yields identical output, so a reconcile that changes nothing writes
+//! nothing.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// A condition as a reconciler wants it, without the bookkeeping fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Desired {
+    pub fn new(
+        type_: &'static str,
+        status: bool,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The conditions to write: `desired` in order, each keeping the `lastTransitionTime`
+/// of the existing condition of its type when the status did not change.
+pub fn merge(
+    existing: &[Condition],
+    desired: &[Desired],
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    desired
+        .iter()
+        .map(|d| {
+            let status = if d.status { "True" } else { "False" };
+            let since = existing
+                .iter()
+                .find(|c| c.type_ == d.type_ && c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: d.type_.to_owned(),
+                status: status.to_owned(),
+                reason: d.reason.to_owned(),
+                message: d.message.clone(),
+                observed_generation: generation,
+                last_transition_time: since,
+            }
+        })
+        .collect()
+}
+
+/// The condition of `type_`, if present.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of `type_` is `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_flips() {
+        let ready = Desired::new("Ready", true, "Accepted", "ok");
+        let first = merge(&[], std::slice::from_ref(&ready), Some(1), &at(100));
+        assert_eq!(first[0].last_transition_time, at(100));
+        // Same status, new message and generation: the time stays.
+        let again = Desired::new("Ready", true, "Accepted", "still ok");
+        let second = merge(&first, &[again], Some(2), &at(200));
+        assert_eq!(second[0].last_transition_time, at(100));
+        assert_eq!(second[0].observed_generation, Some(2));
+        let down = Desired::new("Ready", false, "UrlForbidden", "no");
+        let third = merge(&second, &[down], Some(2), &at(300));
+        assert_eq!(third[0].last_transition_time, at(300));
+        assert_eq!(third[0].status, "False");
+    }
+}

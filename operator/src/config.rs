@@ -1,0 +1,130 @@
+//! The operator's configuration: command-line flags with environment fallbacks.
+//!
+//! Contract: every setting the operator reads comes from [`Config`]; nothing else looks
+//! at the environment. Tests build one with [`Config::try_parse_from`](clap::Parser).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use herald_core::ssrf::AddressPolicy;
+use ipnet::IpNet;
+
+/// `herald-operator run`: reconcile Herald's resources.
+#[derive(Parser, Clone, Debug)]
+// A later flag wins over an earlier one: tests append overrides to a base command line.
+#[command(about, args_override_self = true)]
+pub struct Config {
+    /// NATS server URL(s), comma-separated.
+    #[arg(long, env = "HERALD_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+
+    /// Number of dispatcher shards endpoints are spread over. Changing it reshards.
+    #[arg(long, env = "HERALD_SHARDS", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub shards: u32,
+
+    /// Networks endpoint URLs may point at although they are loopback, private or
+    /// link-local (comma-separated CIDRs, e.g. `10.20.0.0/16`).
+    #[arg(
+        long = "allow-network",
+        env = "HERALD_ALLOW_NETWORKS",
+        value_delimiter = ','
+    )]
+    pub allow_networks: Vec<IpNet>,
+
+    /// Allow plain `http://` endpoint URLs.
+    #[arg(long, env = "HERALD_ALLOW_HTTP")]
+    pub allow_http: bool,
+
+    /// Shortest time between two health-driven status writes of one endpoint.
+    #[arg(long, env = "HERALD_STATUS_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub status_interval: Duration,
+
+    /// Address of `/metrics`, `/healthz` and `/readyz` (port 0: any free port).
+    #[arg(long, env = "HERALD_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    /// Name of the coordination.k8s.io Lease the replicas elect a leader with.
+    #[arg(long, env = "HERALD_LEASE_NAME", default_value = herald_core::names::LEADER_LEASE)]
+    pub lease_name: String,
+
+    /// Namespace of the Lease (usually the operator's own, from the downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "herald-system")]
+    pub lease_namespace: String,
+
+    /// This replica's identity in the Lease; default: the pod name, else a random one.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// How long a Lease stays valid without renewal: the longest failover time.
+    #[arg(long, env = "HERALD_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// How often the leader renews (and a standby retries to acquire) the Lease.
+    #[arg(long, env = "HERALD_LEASE_RENEW", default_value = "5s", value_parser = parse_duration)]
+    pub lease_renew: Duration,
+
+    /// Reconcile only this namespace (default: all namespaces).
+    #[arg(long, env = "HERALD_WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Kubeconfig to use instead of the in-cluster or `$KUBECONFIG` one.
+    #[arg(long, env = "HERALD_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Log as JSON lines.
+    #[arg(long, env = "HERALD_JSON_LOGS")]
+    pub json_logs: bool,
+}
+
+impl Config {
+    /// The SSRF policy endpoint URLs are checked against.
+    pub fn address_policy(&self) -> AddressPolicy {
+        AddressPolicy {
+            allow: self.allow_networks.clone(),
+            allow_http: self.allow_http,
+        }
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    text.parse::<herald_core::duration::Duration>()
+        .map(|d| d.get())
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let config = Config::try_parse_from(["herald-operator"]).unwrap();
+        assert_eq!(config.shards, 16);
+        assert_eq!(config.status_interval, Duration::from_secs(10));
+        assert_eq!(config.lease_duration, Duration::from_secs(15));
+        assert_eq!(config.lease_renew, Duration::from_secs(5));
+        assert_eq!(config.listen.port(), 8080);
+        assert!(!config.allow_http);
+        let later_wins =
+            Config::try_parse_from(["x", "--listen", "127.0.0.1:0", "--listen", "127.0.0.1:9"])
+                .unwrap();
+        assert_eq!(later_wins.listen.port(), 9);
+    }
+
+    #[test]
+    fn allowlists_parse_as_cidrs() {
+        let config = Config::try_parse_from([
+            "herald-operator",
+            "--allow-network",
+            "10.0.0.0/8,127.0.0.0/8",
+            "--status-interval",
+            "2s",
+        ])
+        .unwrap();
+        assert_eq!(config.address_policy().allow.len(), 2);
+        assert_eq!(config.status_interval, Duration::from_secs(2));
+        assert!(Config::try_parse_from(["x", "--allow-network", "nope"]).is_err());
+    }
+}
