@@ -15,8 +15,8 @@ test: ## Run every check and test (fmt, clippy, CRD drift, unit and e2e tests)
 demo: ## Start the test environment, install the CRDs and the examples, show them
 	scripts/demo.sh
 
-crds: ## Regenerate crds/ from the Rust types
-	cargo run -q -p herald-operator -- crd --out crds
+crds: ## Regenerate crds/ and the chart's CRD templates from the Rust types
+	cargo run -q -p herald-operator -- crd --out crds --chart-out charts/herald/templates/crds
 
 e2e-tools: ## Build testenv, helm (and kubectl when missing) into $(HERALD_BIN_DIR)
 	scripts/build-e2e.sh

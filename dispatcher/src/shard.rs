@@ -153,7 +153,6 @@ impl Runtime {
         loop {
             let next_timer = self.timers.peek().map(|Reverse((at, _))| *at);
             tokio::select! {
-                biased;
                 _ = stop.changed() => if *stop.borrow() { break },
                 Some(done) = self.attempts.join_next(), if !self.attempts.is_empty() => {
                     match done {
@@ -165,7 +164,10 @@ impl Runtime {
                 change = changes.recv() => self.on_change(change),
                 message = messages.next() => match message {
                     Some(Ok(message)) => self.on_message(message),
-                    Some(Err(error)) => tracing::debug!(%error, "lane consumer"),
+                    Some(Err(error)) => {
+                        tracing::warn!(shard = self.shard, %error, "lane consumer");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                     None => return Err("the lane consumer ended".into()),
                 },
                 _ = sleep_until(next_timer) => self.on_timers(),
@@ -530,9 +532,10 @@ impl Runtime {
                     let kv = self.shared.layout.health.clone();
                     let config_key = key.config_key();
                     let value = serde_json::to_vec(&health).expect("health serializes");
+                    tracing::debug!(endpoint = %key, "reporting health");
                     tokio::spawn(async move {
                         if let Err(error) = kv.put(config_key, value.into()).await {
-                            tracing::debug!(%error, "health write");
+                            tracing::warn!(%error, "health write failed; retried at the next change");
                         }
                     });
                 }

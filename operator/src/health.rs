@@ -138,7 +138,9 @@ pub async fn run(
     };
     tokio::pin!(stop);
     'outer: loop {
-        let mut watch = match store.watch_all().await {
+        // Latest value of every key first (a restarted operator must see existing health),
+        // then every change; `watch_all` would only deliver changes.
+        let mut watch = match store.watch_with_history(">").await {
             Ok(watch) => watch,
             Err(error) => {
                 tracing::warn!(%error, "watching herald-health failed; retrying");

@@ -19,6 +19,11 @@ enum Command {
         /// Directory to write `<plural>.herald.dev.yaml` files into.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Also write the Helm chart's CRD templates (`crds.install` wrapper,
+        /// `helm.sh/resource-policy: keep`) into this directory, e.g.
+        /// `charts/herald/templates/crds`.
+        #[arg(long)]
+        chart_out: Option<PathBuf>,
     },
     /// Reconcile Herald's resources (the leader replica) or stand by.
     Run(Box<Config>),
@@ -27,7 +32,16 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let Cli { command } = Cli::parse();
     match command {
-        Command::Crd { out } => write_crds(out),
+        Command::Crd { out, chart_out } => {
+            // Print to stdout only when asked for no files at all.
+            if out.is_some() || chart_out.is_none() {
+                write_crds(out)?;
+            }
+            match chart_out {
+                Some(dir) => write_files(&dir, herald_operator::crdgen::render_chart_all()?),
+                None => Ok(()),
+            }
+        }
         Command::Run(config) => run(*config),
     }
 }
@@ -88,14 +102,16 @@ fn write_crds(out: Option<PathBuf>) -> anyhow::Result<()> {
             let docs: Vec<&str> = rendered.iter().map(|(_, yaml)| yaml.as_str()).collect();
             print!("{}", docs.join("---\n"));
         }
-        Some(dir) => {
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            for (file, yaml) in rendered {
-                let path = dir.join(file);
-                std::fs::write(&path, yaml)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-        }
+        Some(dir) => write_files(&dir, rendered)?,
+    }
+    Ok(())
+}
+
+fn write_files(dir: &std::path::Path, files: Vec<(&str, String)>) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (file, yaml) in files {
+        let path = dir.join(file);
+        std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -1,0 +1,87 @@
+{{/* The chart name. */}}
+{{- define "herald.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name: `<release>-herald`, or the release name when it already contains the
+chart name. Cluster-scoped objects (ClusterRole, ClusterRoleBinding) are named after it,
+so two releases with different names never clash.
+*/}}
+{{- define "herald.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "herald.operator.fullname" -}}
+{{- printf "%s-operator" (include "herald.fullname" .) }}
+{{- end }}
+
+{{- define "herald.dispatcher.fullname" -}}
+{{- printf "%s-dispatcher" (include "herald.fullname" .) }}
+{{- end }}
+
+{{/* The leader-election Lease, per release so two releases in one namespace do not share it. */}}
+{{- define "herald.leaseName" -}}
+{{- printf "%s-leader" (include "herald.operator.fullname" .) }}
+{{- end }}
+
+{{- define "herald.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "herald.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: herald
+{{- end }}
+
+{{- define "herald.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "herald.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "herald.operator.selectorLabels" -}}
+{{ include "herald.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "herald.dispatcher.selectorLabels" -}}
+{{ include "herald.selectorLabels" . }}
+app.kubernetes.io/component: dispatcher
+{{- end }}
+
+{{- define "herald.image" -}}
+{{- printf "%s/%s:%s" .root.Values.image.repository .name (default .root.Chart.AppVersion .root.Values.image.tag) }}
+{{- end }}
+
+{{/* Environment shared by both binaries: NATS, shards, SSRF policy, logs, listen address. */}}
+{{- define "herald.commonEnv" -}}
+{{- if .Values.nats.existingSecret }}
+- name: HERALD_NATS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.nats.existingSecret }}
+      key: {{ .Values.nats.existingSecretKey }}
+{{- else }}
+- name: HERALD_NATS_URL
+  value: {{ .Values.nats.url | quote }}
+{{- end }}
+- name: HERALD_SHARDS
+  value: {{ .Values.shards | quote }}
+{{- if .Values.allowNetworks }}
+- name: HERALD_ALLOW_NETWORKS
+  value: {{ join "," .Values.allowNetworks | quote }}
+{{- end }}
+- name: HERALD_ALLOW_HTTP
+  value: {{ .Values.allowHttp | quote }}
+- name: HERALD_LISTEN
+  value: "0.0.0.0:8080"
+{{- end }}
