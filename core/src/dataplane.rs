@@ -49,6 +49,9 @@ pub const FIRST_ATTEMPT_HEADER: &str = "Herald-First-Attempt";
 pub const PUBLISHED_HEADER: &str = "Herald-Published";
 /// Header carrying the replay name on lane messages enqueued by a replay.
 pub const REPLAY_HEADER: &str = "Herald-Replay";
+/// Header carrying the hash (hex) of an event's ordering key on lane messages of
+/// endpoints with `orderingKey`.
+pub const ORDERING_KEY_HEADER: &str = "Herald-Ordering-Key";
 /// Header carrying the reason on dead-letter messages.
 pub const REASON_HEADER: &str = "Herald-Reason";
 

@@ -30,15 +30,19 @@ pub struct Config {
     /// Most attempts in flight per shard.
     #[arg(long, env = "HERALD_MAX_IN_FLIGHT_PER_SHARD", default_value_t = 1024)]
     pub max_in_flight_per_shard: usize,
-    /// Minimum seconds between two health reports of one endpoint.
-    #[arg(long, env = "HERALD_HEALTH_INTERVAL_SECONDS", default_value_t = 10.0)]
-    pub health_interval_seconds: f64,
+    /// Shortest time between two health reports of one endpoint (Go duration).
+    #[arg(long, env = "HERALD_HEALTH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub health_interval: Duration,
     /// Seconds in-flight attempts get to finish at shutdown.
     #[arg(long, env = "HERALD_GRACE_SECONDS", default_value_t = 20.0)]
     pub grace_seconds: f64,
     /// Networks webhook URLs may reach although they are private, loopback, link-local...
     /// (comma-separated CIDRs).
-    #[arg(long, env = "HERALD_ALLOW_NETWORKS", value_delimiter = ',')]
+    #[arg(
+        long = "allow-network",
+        env = "HERALD_ALLOW_NETWORKS",
+        value_delimiter = ','
+    )]
     pub allow_networks: Vec<IpNet>,
     /// Allow plain-http webhook URLs.
     #[arg(long, env = "HERALD_ALLOW_HTTP")]
@@ -47,8 +51,14 @@ pub struct Config {
     #[arg(long, env = "HERALD_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
     /// Log as JSON lines.
-    #[arg(long, env = "HERALD_LOG_JSON")]
-    pub log_json: bool,
+    #[arg(long, env = "HERALD_JSON_LOGS")]
+    pub json_logs: bool,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    text.parse::<herald_core::duration::Duration>()
+        .map(|d| d.get())
+        .map_err(|e| e.to_string())
 }
 
 impl Config {
@@ -71,7 +81,7 @@ impl Config {
         config.shards = 4;
         config.allow_networks = AddressPolicy::loopback_for_tests().allow;
         config.allow_http = true;
-        config.health_interval_seconds = 1.0;
+        config.health_interval = Duration::from_secs(1);
         config.grace_seconds = 2.0;
         config.listen = "127.0.0.1:0".parse().expect("valid address");
         config

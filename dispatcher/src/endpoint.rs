@@ -38,6 +38,8 @@ pub struct Item {
     pub first_attempt_ms: Option<u64>,
     /// In-place retry time (ordered endpoints keep a failed head here).
     pub not_before: Option<Instant>,
+    /// Hash of the event's ordering key (`spec.orderingKey`), for ordered endpoints.
+    pub ordering_key: Option<u64>,
 }
 
 /// One lane of an endpoint: a small in-memory window onto its JetStream subject.
@@ -270,6 +272,8 @@ pub struct EndpointState {
     pub lanes: [LaneQueue; 2],
     next_lane: usize,
     pub in_flight: u32,
+    /// Ordering keys with an attempt in flight (ordered endpoints; unkeyed items share 0).
+    keys_in_flight: Vec<u64>,
     pub limit: u32,
     success_run: u32,
     slow_run: u32,
@@ -308,6 +312,7 @@ impl EndpointState {
             lanes: Default::default(),
             next_lane: 0,
             in_flight: 0,
+            keys_in_flight: Vec::new(),
             limit,
             success_run: 0,
             slow_run: 0,
@@ -378,7 +383,7 @@ impl EndpointState {
             }
             self.not_before = None;
         }
-        let mut limit = if ep.config.ordered { 1 } else { self.limit };
+        let mut limit = self.limit;
         match self.circuit {
             CircuitState::Closed => {}
             CircuitState::HalfOpen => limit = 1,
@@ -405,6 +410,15 @@ impl EndpointState {
                 return Readiness::Until(now + wait);
             }
         }
+        if ep.config.ordered {
+            return match self.next_ordered(now) {
+                Ok(_) => Readiness::Ready(Lane::New),
+                // Retries scheduled before the endpoint became ordered still go out.
+                _ if self.lanes[1].buf.front().is_some() => Readiness::Ready(Lane::Retry),
+                Err(Some(at)) => Readiness::Until(at),
+                Err(None) => Readiness::Idle,
+            };
+        }
         let mut wait: Option<Instant> = None;
         for i in 0..2 {
             let index = (self.next_lane + i) % 2;
@@ -418,10 +432,39 @@ impl EndpointState {
         wait.map_or(Readiness::Idle, Readiness::Until)
     }
 
+    /// For ordered endpoints: the buffer position of the oldest item whose ordering key
+    /// has nothing in flight and no older item waiting, or when to look again. Everything
+    /// of an ordered endpoint travels on its fresh lane (retries stay in place).
+    fn next_ordered(&self, now: Instant) -> Result<usize, Option<Instant>> {
+        let mut blocked: Vec<u64> = self.keys_in_flight.clone();
+        let mut wait: Option<Instant> = None;
+        for (i, item) in self.lanes[0].buf.iter().enumerate() {
+            let key = item.ordering_key.unwrap_or(0);
+            if blocked.contains(&key) {
+                continue;
+            }
+            match item.not_before {
+                Some(at) if at > now => {
+                    wait = Some(wait.map_or(at, |w| w.min(at)));
+                    blocked.push(key);
+                }
+                _ => return Ok(i),
+            }
+        }
+        Err(wait)
+    }
+
     /// Takes the next item of `lane` for an attempt.
-    pub fn start(&mut self, lane: Lane) -> Option<Item> {
+    pub fn start(&mut self, lane: Lane, now: Instant) -> Option<Item> {
         let index = lane_index(lane);
-        let item = self.lanes[index].buf.pop_front()?;
+        let item = if self.is_ordered() && lane == Lane::New {
+            let position = self.next_ordered(now).ok()?;
+            let item = self.lanes[index].buf.remove(position)?;
+            self.keys_in_flight.push(item.ordering_key.unwrap_or(0));
+            item
+        } else {
+            self.lanes[index].buf.pop_front()?
+        };
         self.lanes[index].in_flight.insert(item.seq);
         self.in_flight += 1;
         // Alternate lanes so retries and replays share capacity with fresh events.
@@ -447,6 +490,13 @@ impl EndpointState {
         let index = lane_index(item.lane);
         self.lanes[index].in_flight.remove(&item.seq);
         self.in_flight = self.in_flight.saturating_sub(1);
+        if let Some(at) = self
+            .keys_in_flight
+            .iter()
+            .position(|k| *k == item.ordering_key.unwrap_or(0))
+        {
+            self.keys_in_flight.swap_remove(at);
+        }
         let Some(ep) = self.ep.clone() else {
             return;
         };
@@ -602,7 +652,11 @@ impl EndpointState {
             shard: ep.config.shard,
             state: Some(state),
             circuit: Some(self.circuit),
-            concurrency_limit: Some(if ep.config.ordered { 1 } else { self.limit }),
+            concurrency_limit: Some(if ep.config.ordered && ep.config.ordering_key.is_none() {
+                1
+            } else {
+                self.limit
+            }),
             backlog: Some(self.pending()),
             oldest_pending_ms: self
                 .lanes

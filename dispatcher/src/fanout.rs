@@ -18,7 +18,8 @@ use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, Message};
 use futures::StreamExt;
 use herald_core::dataplane::{
-    self, DEADLETTER_PREFIX, EVENT_ID_HEADER, Lane, PUBLISHED_HEADER, REASON_HEADER,
+    self, DEADLETTER_PREFIX, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER, PUBLISHED_HEADER,
+    REASON_HEADER,
 };
 use tokio::sync::mpsc;
 
@@ -128,10 +129,20 @@ impl FanOut {
         };
         self.metrics.events_ingested.inc();
         let mut acks = Vec::new();
+        // Parsed only when an endpoint orders by a key from the event.
+        let mut parsed: Option<serde_json::Value> = None;
         for endpoint in &endpoints {
             let mut headers = HeaderMap::new();
             headers.insert(EVENT_ID_HEADER, event_id.as_str());
             headers.insert(PUBLISHED_HEADER, published_ms.to_string().as_str());
+            if let (true, Some(pointer)) = (endpoint.config.ordered, &endpoint.config.ordering_key)
+            {
+                let value = parsed.get_or_insert_with(|| {
+                    serde_json::from_slice(&event.body).unwrap_or(serde_json::Value::Null)
+                });
+                let key = ordering_key_hash(value.pointer(pointer));
+                headers.insert(ORDERING_KEY_HEADER, format!("{key:x}").as_str());
+            }
             let publish = PublishMessage::build()
                 .payload(event.body.clone())
                 .headers(headers)
@@ -191,6 +202,22 @@ impl FanOut {
             }
         }
     }
+}
+
+/// FNV-1a of the ordering key's text (a string as is, anything else as JSON; a missing
+/// field is the empty key, shared by every event without it).
+pub fn ordering_key_hash(value: Option<&serde_json::Value>) -> u64 {
+    let text = match value {
+        None => String::new(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
 }
 
 /// Label set of the dead-letter counter.

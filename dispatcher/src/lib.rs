@@ -106,7 +106,7 @@ pub async fn run_with_index(
         metrics,
         settings: shard::ShardSettings {
             max_in_flight: config.max_in_flight_per_shard,
-            health_interval: Duration::from_secs_f64(config.health_interval_seconds),
+            health_interval: config.health_interval,
             grace: Duration::from_secs_f64(config.grace_seconds),
         },
     };

@@ -7,7 +7,7 @@ async fn main() -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info,async_nats=warn".into());
     let logs = tracing_subscriber::fmt().with_env_filter(filter);
-    if config.log_json {
+    if config.json_logs {
         logs.json().init();
     } else {
         logs.init();

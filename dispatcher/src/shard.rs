@@ -19,7 +19,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use herald_core::dataplane::{
     ATTEMPT_HEADER, EVENT_ID_HEADER, EndpointKey, FIRST_ATTEMPT_HEADER, LANE_PREFIX, Lane,
-    PUBLISHED_HEADER, parse_lane_subject,
+    ORDERING_KEY_HEADER, PUBLISHED_HEADER, parse_lane_subject,
 };
 use herald_core::ssrf::AddressPolicy;
 use herald_core::v1alpha1::CircuitState;
@@ -92,6 +92,9 @@ fn item_from(lane: Lane, seq: u64, headers: Option<&HeaderMap>, payload: Bytes) 
         attempt: header_u64(headers, ATTEMPT_HEADER).unwrap_or(1) as u32,
         first_attempt_ms: header_u64(headers, FIRST_ATTEMPT_HEADER),
         not_before: None,
+        ordering_key: headers?
+            .get(ORDERING_KEY_HEADER)
+            .and_then(|v| u64::from_str_radix(v.as_str(), 16).ok()),
     })
 }
 
@@ -377,7 +380,7 @@ impl Runtime {
             state.queued = false;
             match state.readiness(now) {
                 Readiness::Ready(lane) => {
-                    let Some(item) = state.start(lane) else {
+                    let Some(item) = state.start(lane, now) else {
                         continue;
                     };
                     self.spawn_attempt(&key, item);

@@ -389,3 +389,50 @@ async fn a_dead_endpoint_does_not_slow_a_healthy_one() {
         "the healthy endpoint took {spread:?}"
     );
 }
+
+#[tokio::test]
+async fn an_ordering_key_keeps_order_per_key_and_lets_other_keys_pass() {
+    let s = setup("orderkey").await;
+    // The first request to arrive fails; the other customer must not wait for its retry.
+    s.rx.behave("ledger", Behavior::statuses(&[500, 200]));
+    s.endpoint(
+        "ledger",
+        json!({"ordered": true, "orderingKey": "/data/customer", "delivery": {"retry": {"schedule": ["2s"]}}}),
+    )
+    .await;
+    for (customer, n) in [("a", 1), ("b", 1), ("a", 2), ("b", 2), ("a", 3), ("b", 3)] {
+        s.dp.publish(&s.ns, "a", json!({"customer": customer, "n": n}))
+            .await;
+    }
+    let got = s.received("ledger", 7, WAIT).await;
+    let seq = |c: &str| -> Vec<i64> {
+        got.iter()
+            .skip(1) // the failed first attempt
+            .map(|r| r.json()["data"].clone())
+            .filter(|d| d["customer"] == c)
+            .map(|d| d["n"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(seq("a"), [1, 2, 3], "customer a out of order");
+    assert_eq!(seq("b"), [1, 2, 3], "customer b out of order");
+    let failed = got[0].json()["data"].clone();
+    let other = if failed["customer"] == "a" { "b" } else { "a" };
+    let other_done = got
+        .iter()
+        .rposition(|r| r.json()["data"]["customer"] == other)
+        .unwrap();
+    let retry = got
+        .iter()
+        .skip(1)
+        .position(|r| r.json()["data"] == failed)
+        .unwrap()
+        + 1;
+    assert!(
+        other_done < retry,
+        "customer {other} waited for the other customer's retry"
+    );
+    assert!(
+        s.rx.max_in_flight("ledger") <= 2,
+        "more than one request per key in flight"
+    );
+}

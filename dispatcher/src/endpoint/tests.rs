@@ -50,6 +50,7 @@ fn item(seq: u64, lane: Lane) -> Item {
         attempt: 1,
         first_attempt_ms: None,
         not_before: None,
+        ordering_key: None,
     }
 }
 
@@ -74,7 +75,7 @@ fn fail() -> Response {
 /// Starts one attempt from whichever lane is ready.
 fn start(s: &mut EndpointState, now: Instant) -> Option<Item> {
     match s.readiness(now) {
-        Readiness::Ready(lane) => s.start(lane),
+        Readiness::Ready(lane) => s.start(lane, now),
         _ => None,
     }
 }
@@ -404,4 +405,42 @@ fn an_idle_endpoint_is_small() {
         "{} bytes",
         std::mem::size_of_val(&s)
     );
+}
+
+#[test]
+fn ordering_keys_run_in_parallel_and_stay_in_order_each() {
+    let now = Instant::now();
+    let mut s = state(json!({"maxInFlight": 10}), true);
+    s.limit = 10;
+    // Keys: a b a c b
+    for (seq, key) in [(1, 1), (2, 2), (3, 1), (4, 3), (5, 2)] {
+        let mut it = item(seq, Lane::New);
+        it.ordering_key = Some(key);
+        s.lane(Lane::New).offer(it, 64);
+    }
+    let first: Vec<u64> = std::iter::from_fn(|| start(&mut s, now))
+        .map(|i| i.seq)
+        .collect();
+    assert_eq!(first, [1, 2, 4], "one per key, the oldest of each");
+    // Key 1's head fails and is retried in place; key 1's next event waits for it.
+    let mut head = item(1, Lane::New);
+    head.ordering_key = Some(1);
+    s.finish(
+        head,
+        &fail(),
+        Disposition::Requeue(Duration::from_secs(5)),
+        now,
+        0,
+    );
+    assert_eq!(
+        s.readiness(now),
+        Readiness::Until(now + Duration::from_secs(5))
+    );
+    let mut b = item(2, Lane::New);
+    b.ordering_key = Some(2);
+    s.finish(b, &ok(), Disposition::Done, now, 0);
+    let next = start(&mut s, now).unwrap();
+    assert_eq!(next.seq, 5, "key 2 goes on while key 1 waits");
+    let retried = start(&mut s, now + Duration::from_secs(5)).unwrap();
+    assert_eq!((retried.seq, retried.attempt), (1, 2));
 }
