@@ -12,8 +12,12 @@ help: ## List the targets
 test: ## Run every check and test (fmt, clippy, CRD drift, unit and e2e tests)
 	scripts/test.sh
 
-demo: ## Start the test environment, install the CRDs and the examples, show them
+demo: ## The tour: test environment, operator, dispatcher, examples, receiver, events, live status
 	scripts/demo.sh
+
+.PHONY: demo-down
+demo-down: ## Stop what `make demo` started (operator, dispatcher, receiver, test environment)
+	scripts/demo.sh down
 
 crds: ## Regenerate crds/ and the chart's CRD templates from the Rust types
 	cargo run -q -p herald-operator -- crd --out crds --chart-out charts/herald/templates/crds
@@ -35,4 +39,5 @@ lint: ## Clippy with warnings as errors
 	cargo clippy --workspace --all-targets -- -D warnings
 
 bench: e2e-tools ## Run the benchmark (release build) and write docs/benchmark.md
-	cargo run --release -p herald-e2e --bin herald-bench -- --report docs/benchmark.md
+	cargo build --release -p herald-e2e --bins
+	$(CARGO_TARGET_DIR)/release/herald-bench --report docs/benchmark.md

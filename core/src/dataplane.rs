@@ -58,18 +58,20 @@ pub const REASON_HEADER: &str = "Herald-Reason";
 /// An endpoint's identity in subjects and keys: `<namespace>.<name>`, with the dots of
 /// the name (Kubernetes names are DNS subdomains) turned into `_`, which Kubernetes names
 /// cannot contain, so the mapping is one-to-one.
+///
+/// Clones share the text: an endpoint's key is held by several indexes.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EndpointKey(String);
+pub struct EndpointKey(std::sync::Arc<str>);
 
 impl EndpointKey {
     pub fn new(namespace: &str, name: &str) -> Self {
-        Self(format!("{namespace}.{}", name.replace('.', "_")))
+        Self(format!("{namespace}.{}", name.replace('.', "_")).into())
     }
 
     /// Parses `<ns>.<escaped name>` back.
     pub fn parse(key: &str) -> Option<Self> {
         let (ns, name) = key.split_once('.')?;
-        (!ns.is_empty() && !name.is_empty() && !name.contains('.')).then(|| Self(key.to_owned()))
+        (!ns.is_empty() && !name.is_empty() && !name.contains('.')).then(|| Self(key.into()))
     }
 
     pub fn namespace(&self) -> &str {
@@ -151,7 +153,7 @@ pub fn parse_lane_subject(subject: &str) -> Option<(u32, EndpointKey, Lane)> {
     parts
         .next()
         .is_none()
-        .then(|| (shard, EndpointKey(format!("{ns}.{name}")), lane))
+        .then(|| (shard, EndpointKey(format!("{ns}.{name}").into()), lane))
 }
 
 /// `herald.events.<namespace>.<type>`.

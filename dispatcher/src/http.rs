@@ -135,7 +135,7 @@ pub fn client(policy: Arc<AddressPolicy>) -> reqwest::Client {
 
 /// One request to send.
 pub struct Attempt<'a> {
-    pub url: &'a url::Url,
+    pub url: &'a str,
     pub event_id: &'a str,
     pub body: Bytes,
     pub keys: &'a [SigningKey],
@@ -158,8 +158,12 @@ pub async fn send(
         snippet,
         retry_after: None,
     };
+    let url = match url::Url::parse(attempt.url) {
+        Ok(url) => url,
+        Err(error) => return fail(Outcome::RequestError, format!("invalid url: {error}")),
+    };
     // IP literals never reach the resolver, so they are checked here.
-    let literal = match attempt.url.host() {
+    let literal = match url.host() {
         Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
         Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
         _ => None,
@@ -172,7 +176,7 @@ pub async fn send(
     let now = jiff::Timestamp::now().as_second();
     let signature = signing::sign(attempt.keys, attempt.event_id, now, &attempt.body);
     let mut request = client
-        .post(attempt.url.clone())
+        .post(url)
         .timeout(attempt.timeout)
         .header("content-type", "application/json")
         .header("webhook-id", attempt.event_id)

@@ -13,27 +13,42 @@ use herald_core::signing::SigningKey;
 use tokio::sync::broadcast;
 
 /// An endpoint as the data plane uses it: the configuration plus what is derived once.
+/// Kept small: every replica holds one per endpoint of the installation.
 #[derive(Debug)]
 pub struct Endpoint {
     pub config: EndpointConfig,
     pub key: EndpointKey,
-    pub url: url::Url,
-    pub patterns: Vec<Pattern>,
+    /// The wildcard patterns (exact types are matched through the namespace's hash map
+    /// and `config.event_types`, so they are not kept twice).
+    wildcards: Box<[Pattern]>,
 }
 
 impl Endpoint {
+    /// An endpoint straight from a configuration (tests).
+    pub fn compile_for_test(config: EndpointConfig) -> Self {
+        compile(&serde_json::to_vec(&config).expect("config serializes")).expect("valid config")
+    }
+
     /// A copy (tests change configurations through it).
     pub fn clone_for_test(&self) -> Self {
         Self {
             config: self.config.clone(),
             key: self.key.clone(),
-            url: self.url.clone(),
-            patterns: self.patterns.clone(),
+            wildcards: self.wildcards.clone(),
         }
     }
 
+    fn exact_types(&self) -> impl Iterator<Item = &str> {
+        self.config
+            .event_types
+            .iter()
+            .map(String::as_str)
+            .filter(|t| !t.contains('*'))
+    }
+
     pub fn matches(&self, event_type: &str) -> bool {
-        self.patterns.iter().any(|p| p.matches(event_type))
+        self.exact_types().any(|t| t == event_type)
+            || self.wildcards.iter().any(|p| p.matches(event_type))
     }
 }
 
@@ -63,32 +78,29 @@ struct Namespace {
 impl Namespace {
     fn add(&mut self, endpoint: &Endpoint) {
         self.count += 1;
-        for pattern in &endpoint.patterns {
-            if pattern.is_exact() {
-                self.exact
-                    .entry(pattern.to_string())
-                    .or_default()
-                    .push(endpoint.key.clone());
-            } else if !self.wildcard.contains(&endpoint.key) {
-                self.wildcard.push(endpoint.key.clone());
-            }
+        for ty in endpoint.exact_types() {
+            self.exact
+                .entry(ty.to_owned())
+                .or_default()
+                .push(endpoint.key.clone());
+        }
+        if !endpoint.wildcards.is_empty() {
+            self.wildcard.push(endpoint.key.clone());
         }
     }
 
     fn remove(&mut self, endpoint: &Endpoint) {
         self.count = self.count.saturating_sub(1);
-        for pattern in &endpoint.patterns {
-            if pattern.is_exact() {
-                let ty = pattern.to_string();
-                if let Some(keys) = self.exact.get_mut(&ty) {
-                    keys.retain(|k| *k != endpoint.key);
-                    if keys.is_empty() {
-                        self.exact.remove(&ty);
-                    }
+        for ty in endpoint.exact_types() {
+            if let Some(keys) = self.exact.get_mut(ty) {
+                keys.retain(|k| *k != endpoint.key);
+                if keys.is_empty() {
+                    self.exact.remove(ty);
                 }
-            } else {
-                self.wildcard.retain(|k| *k != endpoint.key);
             }
+        }
+        if !endpoint.wildcards.is_empty() {
+            self.wildcard.retain(|k| *k != endpoint.key);
         }
     }
 }
@@ -174,24 +186,23 @@ impl Index {
             let mut guard = self.inner.write().expect("index lock");
             let inner = &mut *guard;
             let ns = ep_key.namespace().to_owned();
-            let old = match endpoint {
-                Some(endpoint) => {
-                    inner
-                        .namespaces
-                        .entry(ns.clone())
-                        .or_default()
-                        .add(&endpoint);
-                    inner.endpoints.insert(ep_key.clone(), endpoint)
-                }
-                None => inner.endpoints.remove(&ep_key),
-            };
-            if let Some(old) = old
+            // Out with the old entry first: old and new share the key, so removing the
+            // old one after adding the new one would unindex the new one too.
+            if let Some(old) = inner.endpoints.remove(&ep_key)
                 && let Some(namespace) = inner.namespaces.get_mut(&ns)
             {
                 namespace.remove(&old);
                 if namespace.count == 0 {
                     inner.namespaces.remove(&ns);
                 }
+            }
+            if let Some(endpoint) = endpoint {
+                inner
+                    .namespaces
+                    .entry(ns.clone())
+                    .or_default()
+                    .add(&endpoint);
+                inner.endpoints.insert(ep_key.clone(), endpoint);
             }
             Change::Endpoint(ep_key)
         } else if key.starts_with("key.") {
@@ -241,16 +252,17 @@ pub enum ConfigError {
 
 fn compile(value: &[u8]) -> Result<Endpoint, ConfigError> {
     let config: EndpointConfig = serde_json::from_slice(value)?;
-    let url = url::Url::parse(&config.url)?;
-    let patterns = config
-        .event_types
-        .iter()
-        .map(|p| p.parse())
-        .collect::<Result<_, _>>()?;
+    url::Url::parse(&config.url)?;
+    let mut wildcards = Vec::new();
+    for text in &config.event_types {
+        let pattern: Pattern = text.parse()?;
+        if !pattern.is_exact() {
+            wildcards.push(pattern);
+        }
+    }
     Ok(Endpoint {
         key: config.key(),
-        url,
-        patterns,
+        wildcards: wildcards.into(),
         config,
     })
 }
@@ -342,6 +354,12 @@ mod tests {
         index.apply("ep.shop.paid", Some(&config("paid", &["invoice.paid"])));
         assert_eq!(index.matching("shop", "order.created").unwrap().len(), 2);
         assert_eq!(index.matching("shop", "invoice.paid").unwrap().len(), 2);
+        assert_eq!(index.matching("shop", "invoice.void").unwrap().len(), 1);
+        // An updated config with the same types stays matched (regression: the update
+        // used to unindex the endpoint).
+        index.apply("ep.shop.paid", Some(&config("paid", &["invoice.paid"])));
+        assert_eq!(index.matching("shop", "invoice.paid").unwrap().len(), 2);
+        index.apply("ep.shop.all", Some(&config("all", &["*"])));
         assert_eq!(index.matching("shop", "invoice.void").unwrap().len(), 1);
         // A changed config replaces the old patterns.
         index.apply("ep.shop.paid", Some(&config("paid", &["invoice.void"])));

@@ -111,6 +111,10 @@ pub async fn run(
             }
         }
         shared.metrics.owned_shards.set(held.len() as i64);
+        shared
+            .metrics
+            .endpoints
+            .set(shared.index.endpoint_count() as i64);
     }
     for (shard, lease) in held.drain() {
         release(&kv, &format!("shard.{shard}"), lease).await;

@@ -38,6 +38,7 @@ pub struct Metrics {
     pub open_circuits: Family<ShardLabel, Gauge>,
     pub disabled_endpoints: Family<ShardLabel, Gauge>,
     pub owned_shards: Gauge,
+    pub endpoints: Gauge,
 }
 
 impl Default for Metrics {
@@ -55,6 +56,7 @@ impl Default for Metrics {
             open_circuits: Family::default(),
             disabled_endpoints: Family::default(),
             owned_shards: Gauge::default(),
+            endpoints: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(

@@ -417,7 +417,7 @@ impl Runtime {
                 &shared.http,
                 &shared.policy,
                 http::Attempt {
-                    url: &ep.url,
+                    url: &ep.config.url,
                     event_id: &item.event_id,
                     body: item.body.clone(),
                     keys: &keys,

@@ -61,7 +61,13 @@ async fn kubectl_explain_prints_the_field_docs() {
 #[tokio::test]
 async fn the_examples_are_accepted_and_defaults_applied() {
     let ctx = TestContext::new("examples").await;
-    for file in ["orders.yaml", "ordered-endpoint.yaml", "replay.yaml"] {
+    for file in [
+        "tenant/signing-secret.yaml",
+        "tenant/orders.yaml",
+        "tenant/ordered-endpoint.yaml",
+        "tenant/retry-policy.yaml",
+        "replay/replay.yaml",
+    ] {
         let out = env()
             .kubectl()
             .args(["apply", "-n", &ctx.namespace, "-f"])

@@ -28,12 +28,7 @@ fn state(delivery: serde_json::Value, ordered: bool) -> EndpointState {
         shard: 0,
         enable_token: None,
     };
-    let ep = Endpoint {
-        key: config.key(),
-        url: config.url.parse().unwrap(),
-        patterns: vec!["*".parse().unwrap()],
-        config,
-    };
+    let ep = Endpoint::compile_for_test(config);
     let key =
         herald_core::signing::SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
             .unwrap();

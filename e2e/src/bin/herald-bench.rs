@@ -74,8 +74,8 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+fn rss_kib_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -83,6 +83,76 @@ fn rss_kib() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Starts `herald-test-dispatcher` (built next to this binary) with its metrics on a free
+/// port; returns the child and its metrics URL.
+fn spawn_dispatcher(nats_url: &str) -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let exe = std::env::current_exe()
+        .expect("own path")
+        .with_file_name("herald-test-dispatcher");
+    let child = std::process::Command::new(&exe)
+        .args([
+            "--nats-url",
+            nats_url,
+            "--replica-id",
+            "bench-mem",
+            "--shards",
+            "4",
+        ])
+        .args(["--allow-network", "127.0.0.0/8", "--allow-http"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "starting {}: {e} (build it with `cargo build --release -p herald-e2e --bins`)",
+                exe.display()
+            )
+        });
+    (child, format!("http://127.0.0.1:{port}/metrics"))
+}
+
+fn stop_child(mut child: std::process::Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// The dispatcher's `herald_dispatcher_endpoints` gauge.
+async fn scrape_endpoints(url: &str) -> Option<u64> {
+    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+    text.lines()
+        .find(|l| l.starts_with("herald_dispatcher_endpoints "))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+async fn wait_until<T, F, Fut>(
+    limit: Duration,
+    mut probe: F,
+    done: impl Fn(&T) -> bool,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let value = probe().await;
+        if done(&value) {
+            return Some(value);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
 }
 
 struct Bench {
@@ -195,6 +265,7 @@ fn unique(arrivals: &[(u64, Instant)]) -> usize {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
+    herald_dispatcher::install_crypto_provider();
     let env = herald_e2e::private_env();
     let index = herald_e2e::dataplane::shared_dispatcher(env);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -339,12 +410,21 @@ async fn main() {
         println!("isolation {label}: p99 {}", ms(p99));
     }
 
-    // 4. Memory: many endpoints known to one shard set, each with delivery state.
+    // 4. Memory: a dispatcher process of its own, so only its memory is counted.
     let b = bench("bench-mem");
     b.dp.put_keys(&b.ns, "signing", &[TEST_SECRET]).await;
+    let (child, metrics_url) = spawn_dispatcher(env.nats_url());
+    let known = |url: String| async move { scrape_endpoints(&url).await };
+    let base = wait_until(
+        Duration::from_secs(60),
+        || known(metrics_url.clone()),
+        |n| n.is_some(),
+    )
+    .await
+    .flatten()
+    .unwrap_or(0);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = rss_kib();
-    let endpoints_before = index.endpoint_count();
+    let before = rss_kib_of(child.id());
     let mut puts = FuturesUnordered::new();
     for i in 0..args.idle_endpoints {
         let config = endpoint(
@@ -366,16 +446,18 @@ async fn main() {
         }
     }
     while puts.next().await.is_some() {}
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while index.endpoint_count() < endpoints_before + args.idle_endpoints
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let target = base + args.idle_endpoints as u64;
+    wait_until(
+        Duration::from_secs(300),
+        || known(metrics_url.clone()),
+        |n| n.is_some_and(|n| n >= target),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = rss_kib();
+    let after = rss_kib_of(child.id());
+    stop_child(child);
     let per = (after.saturating_sub(before)) as f64 * 1024.0 / args.idle_endpoints as f64;
-    writeln!(report, "\n## Memory\n\n{} idle endpoints added to a running dispatcher (configuration index, compiled patterns and URL; delivery state is created on first traffic and released when drained).\n\n| metric | value |\n|---|---|\n| dispatcher process RSS before | {} MiB |\n| after | {} MiB |\n| per idle endpoint | **{per:.0} bytes** |\n", args.idle_endpoints, before / 1024, after / 1024).unwrap();
+    writeln!(report, "\n## Memory\n\n{} idle endpoints added to a running dispatcher process of their own (its configuration index: the endpoint configuration, compiled wildcard patterns, the namespace's type index; delivery state is created on first traffic and released when drained). Measured as the growth of that process's resident memory.\n\n| metric | value |\n|---|---|\n| dispatcher RSS before | {} MiB |\n| after | {} MiB |\n| per idle endpoint | **{per:.0} bytes** |\n", args.idle_endpoints, before / 1024, after / 1024).unwrap();
     println!("memory: {per:.0} bytes per idle endpoint");
 
     writeln!(report, "## JetStream operations per delivered event\n\nSee `docs/architecture.md`: about 5 per event with one matching endpoint (publish+ack, fan-out delivery, lane publish, fan-out ack, lane delivery), attempt records batched per endpoint every 100 ms, lane purges once per second per endpoint.").unwrap();
