@@ -110,6 +110,11 @@ impl Default for Metrics {
             "Shards this replica delivers for",
             m.owned_shards.clone(),
         );
+        registry.register(
+            "endpoints",
+            "Endpoint configurations this replica knows",
+            m.endpoints.clone(),
+        );
         Self { registry, ..m }
     }
 }
