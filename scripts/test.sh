@@ -31,4 +31,9 @@ scripts/testenv.sh up "$state"
 export HERALD_TESTENV_DIR="$state"
 
 step "tests"
-cargo test --workspace --locked
+log="$state/cargo-test.log"
+cargo test --workspace --locked 2>&1 | tee "$log"
+# One closing line for the whole run (cargo prints one per test binary, the last of
+# which is usually an empty doc-test run).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "\nherald: %d passed, %d failed\n", p, f }' "$log"
