@@ -1,8 +1,10 @@
 //! Herald the way a tenant uses it: `WebhookEndpoint` and `SigningSecret` applied to the
 //! real API server, the operator and a dispatcher running, a producer publishing to NATS,
 //! a receiver verifying signatures with the generated key — and delivery going on while
-//! the Kubernetes API is unreachable, with status catching up afterwards.
+//! the Kubernetes API is unreachable, with status catching up afterwards; a key rotation
+//! signing with both keys; and no key material in any log line.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herald_core::signing::{SigningKey, verify};
@@ -16,6 +18,20 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 const WAIT: Duration = Duration::from_secs(60);
+
+/// A log sink for the test's subscriber.
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
     let args = [
@@ -85,9 +101,14 @@ fn apply(ctx: &TestContext, manifest: serde_json::Value) {
 
 #[tokio::test]
 async fn a_tenant_applies_resources_and_receives_verified_webhooks_even_while_the_api_is_down() {
+    // Every log line of the operator and the dispatcher (both run in this process), at
+    // debug level, is kept to check that no key material is ever logged.
+    let logs = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let sink = logs.clone();
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
+        .with_env_filter("herald_operator=debug,herald_dispatcher=debug,kube=info,async_nats=info")
+        .with_ansi(false)
+        .with_writer(move || Captured(sink.clone()))
         .try_init();
     let _faults = fault_lock().await;
     let ctx = TestContext::new_in(private_env(), "tour").await;
@@ -207,6 +228,67 @@ async fn a_tenant_applies_resources_and_receives_verified_webhooks_even_while_th
         }
     })
     .await;
+    // Rotation on request: during the overlap every request carries two signatures, one
+    // per key, and a receiver holding either key accepts it.
+    apply(
+        &ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+            "metadata": {"name": "orders"}, "spec": {"rotation": {"request": "rotate-1"}}
+        }),
+    );
+    let secrets: Api<Secret> = ctx.api();
+    let new_whsec = eventually("a rotated key in the Secret", WAIT, || {
+        let (secrets, old) = (secrets.clone(), whsec.clone());
+        async move {
+            let data = secrets.get("orders").await.ok()?.data?;
+            let current = String::from_utf8(data.get("current")?.0.clone()).ok()?;
+            (current != old).then_some(current)
+        }
+    })
+    .await;
+    let new_key = SigningKey::from_whsec(&new_whsec).unwrap();
+    let seen = rx.received("orders").len();
+    let mut n = 0;
+    let signed_twice = eventually("a delivery signed with both keys", WAIT, || {
+        n += 1;
+        let (dp, rx, ns) = (dp.clone(), rx.clone(), ctx.namespace.clone());
+        async move {
+            dp.publish(&ns, "order.created", json!({"rotation": n}))
+                .await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            rx.received("orders")
+                .into_iter()
+                .skip(seen)
+                .find(|r| r.header("webhook-signature").split(' ').count() == 2)
+        }
+    })
+    .await;
+    let now = jiff::Timestamp::now().as_second();
+    for (name, key) in [("previous", &key), ("new", &new_key)] {
+        verify(
+            std::slice::from_ref(key),
+            signed_twice.header("webhook-id"),
+            signed_twice.header("webhook-timestamp"),
+            signed_twice.header("webhook-signature"),
+            &signed_twice.body,
+            now,
+            300,
+        )
+        .unwrap_or_else(|e| panic!("the {name} key does not verify during the overlap: {e}"));
+    }
     let _ = stop_operator.send(());
+    let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(
+        logs.lines().count() > 20,
+        "the log capture saw almost nothing:\n{logs}"
+    );
+    for secret in [&whsec, &new_whsec] {
+        let encoded = secret.trim_start_matches("whsec_");
+        assert!(
+            !logs.contains("whsec_") && !logs.contains(encoded),
+            "key material in the logs"
+        );
+    }
     ctx.cleanup().await;
 }
