@@ -209,7 +209,9 @@ pub struct EndpointConfig {
     pub ordering_key: Option<String>,
     #[serde(default)]
     pub paused: bool,
-    pub delivery: DeliveryPolicy,
+    /// Shared: dispatchers intern identical policies (most endpoints use the defaults),
+    /// which keeps an idle endpoint small.
+    pub delivery: std::sync::Arc<DeliveryPolicy>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<Header>,
     pub shard: u32,

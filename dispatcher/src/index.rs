@@ -4,12 +4,13 @@
 //! view simply stops changing — delivery goes on with the last known configuration.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 use futures::StreamExt;
 use herald_core::dataplane::{EndpointConfig, EndpointKey, KeySet, keyset_key};
 use herald_core::pattern::Pattern;
 use herald_core::signing::SigningKey;
+use herald_core::v1alpha1::DeliveryPolicy;
 use tokio::sync::broadcast;
 
 /// An endpoint as the data plane uses it: the configuration plus what is derived once.
@@ -62,6 +63,8 @@ pub enum Change {
 #[derive(Default)]
 struct Inner {
     endpoints: HashMap<EndpointKey, Arc<Endpoint>>,
+    /// Delivery policies shared by endpoints that use the same one.
+    policies: HashMap<Arc<str>, Weak<DeliveryPolicy>>,
     namespaces: HashMap<String, Namespace>,
     keys: HashMap<String, Arc<[SigningKey]>>,
 }
@@ -102,6 +105,31 @@ impl Namespace {
         if !endpoint.wildcards.is_empty() {
             self.wildcard.retain(|k| *k != endpoint.key);
         }
+    }
+}
+
+impl Inner {
+    /// Replaces the endpoint's delivery policy by an identical shared one, if any.
+    fn intern(&mut self, mut endpoint: Arc<Endpoint>) -> Arc<Endpoint> {
+        let Ok(text) = serde_json::to_string(&*endpoint.config.delivery) else {
+            return endpoint;
+        };
+        let text: Arc<str> = text.into();
+        match self.policies.get(&text).and_then(Weak::upgrade) {
+            Some(shared) => {
+                if let Some(e) = Arc::get_mut(&mut endpoint) {
+                    e.config.delivery = shared;
+                }
+            }
+            None => {
+                if self.policies.len() > 4 * (self.endpoints.len() + 16) {
+                    self.policies.retain(|_, p| p.strong_count() > 0);
+                }
+                self.policies
+                    .insert(text, Arc::downgrade(&endpoint.config.delivery));
+            }
+        }
+        endpoint
     }
 }
 
@@ -185,6 +213,7 @@ impl Index {
             };
             let mut guard = self.inner.write().expect("index lock");
             let inner = &mut *guard;
+            let endpoint = endpoint.map(|e| inner.intern(e));
             let ns = ep_key.namespace().to_owned();
             // Out with the old entry first: old and new share the key, so removing the
             // old one after adding the new one would unindex the new one too.
@@ -370,6 +399,16 @@ mod tests {
         index.apply("ep.shop.paid", None);
         assert!(index.matching("shop", "order.created").is_none());
         assert!(matches!(changes.try_recv(), Ok(Change::Endpoint(_))));
+    }
+
+    #[test]
+    fn identical_delivery_policies_are_shared() {
+        let index = Index::default();
+        index.apply("ep.shop.a", Some(&config("a", &["x"])));
+        index.apply("ep.shop.b", Some(&config("b", &["y"])));
+        let a = index.endpoint(&EndpointKey::new("shop", "a")).unwrap();
+        let b = index.endpoint(&EndpointKey::new("shop", "b")).unwrap();
+        assert!(Arc::ptr_eq(&a.config.delivery, &b.config.delivery));
     }
 
     #[test]

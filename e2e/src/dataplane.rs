@@ -41,7 +41,7 @@ pub fn endpoint(namespace: &str, name: &str, spec: Value) -> EndpointConfig {
         ordered: spec.ordered,
         ordering_key: spec.ordering_key,
         paused: spec.paused,
-        delivery: spec.delivery,
+        delivery: std::sync::Arc::new(spec.delivery),
         headers: spec.headers,
         shard: shard_for(namespace, name, TEST_SHARDS),
         enable_token: None,

@@ -23,7 +23,7 @@ fn state(delivery: serde_json::Value, ordered: bool) -> EndpointState {
         ordered,
         ordering_key: None,
         paused: false,
-        delivery,
+        delivery: Arc::new(delivery),
         headers: vec![],
         shard: 0,
         enable_token: None,

@@ -31,7 +31,7 @@ pub fn config(obj: &WebhookEndpoint, shard: u32) -> EndpointConfig {
         ordered: spec.ordered,
         ordering_key: spec.ordering_key.clone(),
         paused: spec.paused,
-        delivery: spec.delivery.clone(),
+        delivery: std::sync::Arc::new(spec.delivery.clone()),
         headers: spec.headers.clone(),
         shard,
         enable_token: obj.annotations().get(names::ENABLE_ANNOTATION).cloned(),
