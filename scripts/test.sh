@@ -16,6 +16,15 @@ unformatted="$(gofmt -l e2e/testenv)"
 step "e2e tools (testenv, helm, kubectl)"
 scripts/build-e2e.sh
 
+step "Python receiver dependency (examples/receivers/python)"
+# The e2e test of the Python receiver needs the standardwebhooks package; install it from
+# PyPI when missing. Without Python the test reports itself skipped.
+if command -v python3 >/dev/null 2>&1; then
+	python3 -c 'import standardwebhooks' 2>/dev/null ||
+		python3 -m pip install --quiet -r examples/receivers/python/requirements.txt ||
+		echo "could not install standardwebhooks; its test will report itself skipped" >&2
+fi
+
 step "lint"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 (cd e2e/testenv && go vet ./...)
