@@ -171,12 +171,16 @@ pub fn parse_event_subject(subject: &str) -> Option<(&str, &str)> {
 /// The shard of an endpoint: FNV-1a of `<namespace>/<name>` modulo `shards`. Stable
 /// across versions and processes (unlike `std`'s randomly seeded hasher).
 pub fn shard_for(namespace: &str, name: &str, shards: u32) -> u32 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in namespace.bytes().chain([b'/']).chain(name.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = fnv1a(namespace.bytes().chain([b'/']).chain(name.bytes()));
     (hash % u64::from(shards.max(1))) as u32
+}
+
+/// 64-bit FNV-1a: a hash that is the same in every process and version, for shard
+/// assignment, shard ownership and ordering keys.
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The `webhook-id` of the event stored at `sequence` of [`EVENTS_STREAM`], published at

@@ -70,6 +70,14 @@ impl Duration {
     }
 }
 
+/// Parses a Go-style duration into a `std` one; the value parser of both binaries'
+/// duration flags.
+pub fn parse_std(text: &str) -> Result<StdDuration, String> {
+    text.parse::<Duration>()
+        .map(|d| d.get())
+        .map_err(|e| e.to_string())
+}
+
 impl FromStr for Duration {
     type Err = ParseDurationError;
 

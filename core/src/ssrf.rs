@@ -174,13 +174,19 @@ impl AddressPolicy {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(Forbidden::Credentials);
         }
-        match url.host() {
-            None => return Err(Forbidden::NoHost),
-            Some(url::Host::Ipv4(ip)) => self.check_ip(IpAddr::V4(ip))?,
-            Some(url::Host::Ipv6(ip)) => self.check_ip(IpAddr::V6(ip))?,
-            Some(url::Host::Domain(_)) => {}
-        }
+        self.check_host(url.host().ok_or(Forbidden::NoHost)?)?;
         Ok(url)
+    }
+
+    /// Checks a URL's host when it is an IP literal (which never goes through DNS, so
+    /// the connect-time check on resolved addresses does not see it). Names pass here
+    /// and are checked on what they resolve to.
+    pub fn check_host(&self, host: url::Host<&str>) -> Result<(), Forbidden> {
+        match host {
+            url::Host::Ipv4(ip) => self.check_ip(IpAddr::V4(ip)),
+            url::Host::Ipv6(ip) => self.check_ip(IpAddr::V6(ip)),
+            url::Host::Domain(_) => Ok(()),
+        }
     }
 }
 

@@ -31,7 +31,7 @@ pub struct Config {
     #[arg(long, env = "HERALD_MAX_IN_FLIGHT_PER_SHARD", default_value_t = 1024)]
     pub max_in_flight_per_shard: usize,
     /// Shortest time between two health reports of one endpoint (Go duration).
-    #[arg(long, env = "HERALD_HEALTH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "HERALD_HEALTH_INTERVAL", default_value = "10s", value_parser = herald_core::duration::parse_std)]
     pub health_interval: Duration,
     /// Seconds in-flight attempts get to finish at shutdown.
     #[arg(long, env = "HERALD_GRACE_SECONDS", default_value_t = 20.0)]
@@ -53,12 +53,6 @@ pub struct Config {
     /// Log as JSON lines.
     #[arg(long, env = "HERALD_JSON_LOGS")]
     pub json_logs: bool,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    text.parse::<herald_core::duration::Duration>()
-        .map(|d| d.get())
-        .map_err(|e| e.to_string())
 }
 
 impl Config {

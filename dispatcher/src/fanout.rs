@@ -212,12 +212,7 @@ pub fn ordering_key_hash(value: Option<&serde_json::Value>) -> u64 {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
     };
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
+    dataplane::fnv1a(text.bytes())
 }
 
 /// Label set of the dead-letter counter.

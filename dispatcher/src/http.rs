@@ -163,13 +163,8 @@ pub async fn send(
         Err(error) => return fail(Outcome::RequestError, format!("invalid url: {error}")),
     };
     // IP literals never reach the resolver, so they are checked here.
-    let literal = match url.host() {
-        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
-        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
-        _ => None,
-    };
-    if let Some(ip) = literal
-        && let Err(forbidden) = policy.check_ip(ip)
+    if let Some(host) = url.host()
+        && let Err(forbidden) = policy.check_host(host)
     {
         return fail(Outcome::AddressForbidden, forbidden.to_string());
     }

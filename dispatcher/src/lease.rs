@@ -26,12 +26,7 @@ const GIVE_UP_AFTER: Duration = Duration::from_secs(6);
 
 /// FNV-1a of (shard, member): stable across processes.
 fn rendezvous(shard: u32, member: &str) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in shard.to_be_bytes().into_iter().chain(member.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
+    herald_core::dataplane::fnv1a(shard.to_be_bytes().into_iter().chain(member.bytes()))
 }
 
 /// The member that should own `shard`.

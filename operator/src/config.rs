@@ -38,7 +38,7 @@ pub struct Config {
     pub allow_http: bool,
 
     /// Shortest time between two health-driven status writes of one endpoint.
-    #[arg(long, env = "HERALD_STATUS_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "HERALD_STATUS_INTERVAL", default_value = "10s", value_parser = herald_core::duration::parse_std)]
     pub status_interval: Duration,
 
     /// Address of `/metrics`, `/healthz` and `/readyz` (port 0: any free port).
@@ -58,11 +58,11 @@ pub struct Config {
     pub identity: Option<String>,
 
     /// How long a Lease stays valid without renewal: the longest failover time.
-    #[arg(long, env = "HERALD_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "HERALD_LEASE_DURATION", default_value = "15s", value_parser = herald_core::duration::parse_std)]
     pub lease_duration: Duration,
 
     /// How often the leader renews (and a standby retries to acquire) the Lease.
-    #[arg(long, env = "HERALD_LEASE_RENEW", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "HERALD_LEASE_RENEW", default_value = "5s", value_parser = herald_core::duration::parse_std)]
     pub lease_renew: Duration,
 
     /// Reconcile only this namespace (default: all namespaces).
@@ -86,12 +86,6 @@ impl Config {
             allow_http: self.allow_http,
         }
     }
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    text.parse::<herald_core::duration::Duration>()
-        .map(|d| d.get())
-        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
