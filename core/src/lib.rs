@@ -7,6 +7,7 @@
 //! - [`duration`]: the Go-style durations (`30s`, `1h30m`) used in specs;
 //! - [`dataplane`]: the contract between operator and dispatcher: NATS stream, subject,
 //!   bucket and record names;
+//! - [`flags`]: the NATS and destination-policy flags both binaries take;
 //! - [`ssrf`]: which destination addresses endpoints may use;
 //! - [`names`]: the API group, field manager, finalizer, label and condition names that
 //!   both binaries must agree on.
@@ -15,6 +16,7 @@
 
 pub mod dataplane;
 pub mod duration;
+pub mod flags;
 pub mod names;
 pub mod pattern;
 pub mod signing;

@@ -19,7 +19,7 @@ use async_nats::jetstream::{self, Message};
 use futures::StreamExt;
 use herald_core::dataplane::{
     self, DEADLETTER_PREFIX, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER, PUBLISHED_HEADER,
-    REASON_HEADER,
+    REASON_HEADER, SUBJECT_HEADER,
 };
 use tokio::sync::mpsc;
 
@@ -182,7 +182,7 @@ impl FanOut {
         let mut headers = HeaderMap::new();
         headers.insert(REASON_HEADER, bad.to_string().as_str());
         headers.insert(EVENT_ID_HEADER, event_id);
-        headers.insert("Herald-Subject", message.subject.as_str());
+        headers.insert(SUBJECT_HEADER, message.subject.as_str());
         let publish = PublishMessage::build()
             .payload(message.payload.clone())
             .headers(headers)

@@ -18,59 +18,11 @@ pub const SNIPPET_BYTES: usize = 1024;
 /// Bytes of a response body read at most; the rest is not read (the connection closes).
 const MAX_BODY_READ: usize = 64 * 1024;
 
-/// What an attempt came to. The variants are the attempt log's error classes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// Any 2xx.
-    Success,
-    /// A non-2xx status other than those below.
-    HttpError,
-    /// 429 or 503: slow down (honouring `Retry-After`).
-    RateLimited,
-    /// 410: the receiver says the endpoint is gone for good.
-    Gone,
-    /// 3xx: redirects are never followed.
-    Redirect,
-    /// No complete response within the endpoint's timeout.
-    Timeout,
-    /// Connection refused, reset, DNS failure, TLS failure.
-    ConnectError,
-    /// The address the host resolved to is refused by the platform's policy.
-    AddressForbidden,
-    /// Anything else that prevented a response.
-    RequestError,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Success => "Success",
-            Self::HttpError => "HttpError",
-            Self::RateLimited => "RateLimited",
-            Self::Gone => "Gone",
-            Self::Redirect => "Redirect",
-            Self::Timeout => "Timeout",
-            Self::ConnectError => "ConnectError",
-            Self::AddressForbidden => "AddressForbidden",
-            Self::RequestError => "RequestError",
-        }
-    }
-
-    /// Whether the endpoint is overloaded or unreachable (drives concurrency down).
-    pub fn is_congestion(self) -> bool {
-        matches!(self, Self::Timeout | Self::RateLimited) || self == Self::HttpError
-    }
-}
+pub use herald_core::dataplane::AttemptOutcome as Outcome;
 
 /// Classifies an HTTP status.
 pub fn classify_status(status: u16) -> Outcome {
-    match status {
-        200..=299 => Outcome::Success,
-        300..=399 => Outcome::Redirect,
-        410 => Outcome::Gone,
-        429 | 503 => Outcome::RateLimited,
-        _ => Outcome::HttpError,
-    }
+    Outcome::of_status(status)
 }
 
 /// The result of one attempt.
@@ -117,9 +69,9 @@ impl Resolve for PolicyResolver {
 }
 
 /// Builds the shared HTTP client: pooled connections, no redirects, no proxies, the
-/// policy-checking resolver.
-pub fn client(policy: Arc<AddressPolicy>) -> reqwest::Client {
-    crate::install_crypto_provider();
+/// policy-checking resolver. Needs a process-wide rustls crypto provider (`main`
+/// installs one; see [`crate::install_crypto_provider`]).
+pub fn client(policy: Arc<AddressPolicy>) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
@@ -130,7 +82,6 @@ pub fn client(policy: Arc<AddressPolicy>) -> reqwest::Client {
         .user_agent(concat!("Herald/", env!("CARGO_PKG_VERSION")))
         .dns_resolver(PolicyResolver { policy })
         .build()
-        .expect("the HTTP client configuration is valid")
 }
 
 /// One request to send.
@@ -248,21 +199,4 @@ fn error_chain(outcome: Outcome, e: &reqwest::Error) -> String {
     }
     text.truncate(SNIPPET_BYTES);
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statuses_classify_as_the_contract_says() {
-        assert_eq!(classify_status(200), Outcome::Success);
-        assert_eq!(classify_status(204), Outcome::Success);
-        assert_eq!(classify_status(302), Outcome::Redirect);
-        assert_eq!(classify_status(410), Outcome::Gone);
-        assert_eq!(classify_status(429), Outcome::RateLimited);
-        assert_eq!(classify_status(503), Outcome::RateLimited);
-        assert_eq!(classify_status(500), Outcome::HttpError);
-        assert_eq!(classify_status(404), Outcome::HttpError);
-    }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, Weak};
 
 use futures::StreamExt;
-use herald_core::dataplane::{EndpointConfig, EndpointKey, KeySet, keyset_key};
+use herald_core::dataplane::{BucketKey, EndpointConfig, EndpointKey, KeySet, keyset_key};
 use herald_core::pattern::Pattern;
 use herald_core::signing::SigningKey;
 use herald_core::v1alpha1::DeliveryPolicy;
@@ -198,11 +198,12 @@ impl Index {
     /// Applies one KV entry. Malformed values are logged and skipped: one bad entry must
     /// not stop the others from being used.
     pub fn apply(&self, key: &str, value: Option<&[u8]>) {
-        let change = if let Some(rest) = key.strip_prefix("ep.") {
-            let Some(ep_key) = EndpointKey::parse(rest) else {
+        let change = match BucketKey::parse(key) {
+            None => {
                 tracing::warn!(key, "ignoring a config entry with a malformed key");
                 return;
-            };
+            }
+            Some(BucketKey::Endpoint(ep_key)) => {
             let endpoint = match value.map(compile) {
                 None => None,
                 Some(Ok(endpoint)) => Some(Arc::new(endpoint)),
@@ -234,7 +235,8 @@ impl Index {
                 inner.endpoints.insert(ep_key.clone(), endpoint);
             }
             Change::Endpoint(ep_key)
-        } else if key.starts_with("key.") {
+            }
+            Some(BucketKey::KeySet(secret)) => {
             let keys = match value.map(parse_keys) {
                 None => None,
                 Some(Ok(keys)) => Some(keys),
@@ -249,15 +251,11 @@ impl Index {
                 Some(keys) => inner.keys.insert(key.to_owned(), keys),
                 None => inner.keys.remove(key),
             };
-            let Some(ep) = key.strip_prefix("key.").and_then(EndpointKey::parse) else {
-                return;
-            };
             Change::Keys {
-                namespace: ep.namespace().to_owned(),
-                secret: ep.name(),
+                namespace: secret.namespace().to_owned(),
+                secret: secret.name(),
             }
-        } else {
-            return;
+            }
         };
         let _ = self.changes.send(change);
     }

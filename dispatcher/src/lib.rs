@@ -24,23 +24,22 @@ use tokio::sync::watch;
 
 pub use config::Config;
 
-/// kube and reqwest could each pick a TLS crypto provider; Herald installs ring once.
+/// kube and reqwest could each pick a TLS crypto provider; Herald's binaries install ring
+/// once, in `main`. An embedding (a test) calls this before [`run`].
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("connecting to NATS at {url}: {source}")]
-    Connect {
-        url: String,
-        #[source]
-        source: async_nats::ConnectError,
-    },
+    #[error("connecting to NATS: {0}")]
+    Connect(#[source] async_nats::ConnectError),
     #[error(transparent)]
-    Setup(#[from] setup::SetupError),
+    Layout(#[from] herald_core::dataplane::layout::LayoutError),
     #[error("following the configuration bucket: {0}")]
     Config(#[from] async_nats::jetstream::kv::WatchError),
+    #[error("building the HTTP client (is a rustls crypto provider installed?): {0}")]
+    Http(#[source] reqwest::Error),
     #[error("serving metrics on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -63,26 +62,37 @@ pub async fn run_with_index(
     index: index::Index,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
-    install_crypto_provider();
+    let Config {
+        nats: nats_args,
+        replica_id,
+        shards,
+        retention,
+        max_event_bytes,
+        max_in_flight_per_shard,
+        health_interval,
+        grace,
+        destinations,
+        listen,
+        json_logs: _,
+    } = config;
+    // The URL is not logged or put into errors: it may carry credentials.
     let nats = async_nats::ConnectOptions::new()
-        .name(format!("herald-dispatcher/{}", config.replica_id))
+        .name(format!("herald-dispatcher/{replica_id}"))
         .retry_on_initial_connect()
-        .connect(&config.nats_url)
+        .connect(nats_args.nats_url.as_str())
         .await
-        .map_err(|source| RunError::Connect {
-            url: config.nats_url.clone(),
-            source,
-        })?;
+        .map_err(RunError::Connect)?;
     let js = async_nats::jetstream::new(nats.clone());
-    let layout = setup::ensure(&js, config.retention()).await?;
+    let layout = setup::ensure(&js, retention, usize::from(nats_args.replicas)).await?;
     let watcher = index::follow(index.clone(), layout.config.clone()).await?;
     let metrics = Arc::new(metrics::Metrics::default());
-    let policy = Arc::new(config.policy());
+    let policy = Arc::new(destinations.policy());
+    let http = http::client(policy.clone()).map_err(RunError::Http)?;
     let (ready_tx, ready_rx) = watch::channel(false);
-    let server = server::serve(config.listen, metrics.clone(), ready_rx)
+    let server = server::serve(listen, metrics.clone(), ready_rx)
         .await
         .map_err(|source| RunError::Listen {
-            addr: config.listen,
+            addr: listen,
             source,
         })?;
 
@@ -95,40 +105,36 @@ pub async fn run_with_index(
         events: layout.events.clone(),
         index: index.clone(),
         metrics: metrics.clone(),
-        max_event_bytes: config.max_event_bytes,
+        max_event_bytes,
     };
     let fanout = tokio::spawn(fanout.run(stopped(stop_rx.clone())));
     let shared = shard::Shared {
         layout,
         index,
-        http: http::client(policy.clone()),
+        http,
         policy,
         metrics,
         settings: shard::ShardSettings {
-            max_in_flight: config.max_in_flight_per_shard,
-            health_interval: config.health_interval,
-            grace: Duration::from_secs_f64(config.grace_seconds),
+            max_in_flight: max_in_flight_per_shard,
+            health_interval,
+            grace,
         },
     };
     let leases = tokio::spawn(lease::run(
         shared,
-        config.replica_id.clone(),
-        config.shards,
+        replica_id.clone(),
+        shards,
         stopped(stop_rx.clone()),
     ));
     let _ = ready_tx.send(true);
-    tracing::info!(
-        replica = config.replica_id,
-        shards = config.shards,
-        "dispatcher running"
-    );
+    tracing::info!(replica = replica_id, shards, "dispatcher running");
 
     shutdown.await;
     tracing::info!("shutting down");
     let _ = ready_tx.send(false);
     let _ = stop_tx.send(true);
     // Bounded: with NATS gone, nothing here may hang the shutdown.
-    let limit = Duration::from_secs_f64(config.grace_seconds) + Duration::from_secs(5);
+    let limit = grace + Duration::from_secs(5);
     match tokio::time::timeout(limit, fanout).await {
         Ok(Ok(Err(error))) => tracing::warn!(%error, "fan-out ended with an error"),
         Err(_) => tracing::warn!("fan-out did not stop in time"),

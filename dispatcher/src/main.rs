@@ -12,6 +12,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         logs.init();
     }
+    herald_dispatcher::install_crypto_provider();
     herald_dispatcher::run(config, shutdown_signal()).await?;
     Ok(())
 }

@@ -8,29 +8,19 @@ use herald_core::v1alpha1::{ExponentialBackoff, RetryPolicy};
 /// Longest `Retry-After` honoured; a receiver cannot park an endpoint for days.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
-/// What to do after a failed attempt.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Next {
-    /// Try again after this delay.
-    RetryAfter(Duration),
-    /// The retry budget is spent: the delivery is dead.
-    GiveUp,
-}
-
-/// The decision after attempt number `attempt` (1-based) failed, `elapsed` after the first
-/// attempt. `jitter` is uniform in [0, 1); `retry_after` is the receiver's own request.
+/// The delay before the next attempt after attempt number `attempt` (1-based) failed,
+/// `elapsed` after the first attempt; `None` when the retry budget is spent (the
+/// delivery is dead). `jitter` is uniform in [0, 1); `retry_after` is the receiver's
+/// own request.
 pub fn next(
     policy: &RetryPolicy,
     attempt: u32,
     elapsed: Duration,
     jitter: f64,
     retry_after: Option<Duration>,
-) -> Next {
+) -> Option<Duration> {
     let (delay, deadline) = match &policy.schedule {
-        Some(schedule) => match schedule.get(attempt.saturating_sub(1) as usize) {
-            Some(delay) => (delay.get(), None),
-            None => return Next::GiveUp,
-        },
+        Some(schedule) => (schedule.get(attempt.saturating_sub(1) as usize)?.get(), None),
         None => {
             let default = ExponentialBackoff::default();
             let exp = policy.exponential.as_ref().unwrap_or(&default);
@@ -42,8 +32,8 @@ pub fn next(
         None => delay,
     };
     match deadline {
-        Some(deadline) if elapsed + delay > deadline => Next::GiveUp,
-        _ => Next::RetryAfter(delay),
+        Some(deadline) if elapsed + delay > deadline => None,
+        _ => Some(delay),
     }
 }
 
@@ -98,13 +88,13 @@ mod tests {
         };
         assert_eq!(
             next(&policy, 1, Duration::ZERO, 0.5, None),
-            Next::RetryAfter(Duration::from_secs(1))
+            Some(Duration::from_secs(1))
         );
         assert_eq!(
             next(&policy, 2, Duration::ZERO, 0.5, None),
-            Next::RetryAfter(Duration::from_secs(7))
+            Some(Duration::from_secs(7))
         );
-        assert_eq!(next(&policy, 3, Duration::ZERO, 0.5, None), Next::GiveUp);
+        assert_eq!(next(&policy, 3, Duration::ZERO, 0.5, None), None);
     }
 
     #[test]
@@ -118,7 +108,7 @@ mod tests {
                 0.0,
                 Some(Duration::from_secs(30))
             ),
-            Next::RetryAfter(Duration::from_secs(30))
+            Some(Duration::from_secs(30))
         );
         assert_eq!(
             next(
@@ -128,7 +118,7 @@ mod tests {
                 0.0,
                 Some(Duration::from_secs(86_400))
             ),
-            Next::RetryAfter(MAX_RETRY_AFTER)
+            Some(MAX_RETRY_AFTER)
         );
     }
 
@@ -137,12 +127,9 @@ mod tests {
         let policy = exp(5, 3600, 100);
         assert_eq!(
             next(&policy, 30, Duration::from_secs(99), 1.0, None),
-            Next::GiveUp
+            None
         );
-        assert!(matches!(
-            next(&policy, 1, Duration::ZERO, 1.0, None),
-            Next::RetryAfter(_)
-        ));
+        assert!(next(&policy, 1, Duration::ZERO, 1.0, None).is_some());
     }
 
     #[test]
@@ -150,9 +137,9 @@ mod tests {
         let policy = RetryPolicy::default();
         assert_eq!(
             next(&policy, 1, Duration::ZERO, 0.999_999, None),
-            Next::RetryAfter(Duration::from_secs(5).mul_f64(0.999_999))
+            Some(Duration::from_secs(5).mul_f64(0.999_999))
         );
-        let Next::RetryAfter(late) = next(&policy, 20, Duration::ZERO, 0.999_999, None) else {
+        let Some(late) = next(&policy, 20, Duration::ZERO, 0.999_999, None) else {
             panic!()
         };
         assert!(late > Duration::from_secs(3500) && late <= Duration::from_secs(3600));

@@ -18,8 +18,9 @@ use async_nats::jetstream::message::PublishMessage;
 use bytes::Bytes;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    ATTEMPT_HEADER, EVENT_ID_HEADER, EndpointKey, FIRST_ATTEMPT_HEADER, LANE_PREFIX, Lane,
-    ORDERING_KEY_HEADER, PUBLISHED_HEADER, parse_lane_subject,
+    ATTEMPT_HEADER, DeadReason, EVENT_ID_HEADER, EndpointKey, FIRST_ATTEMPT_HEADER, LANE_PREFIX,
+    Lane, ORDERING_KEY_HEADER, PUBLISHED_HEADER, SCHEDULE_HEADER, SCHEDULE_TARGET_HEADER,
+    parse_lane_subject,
 };
 use herald_core::ssrf::AddressPolicy;
 use herald_core::v1alpha1::CircuitState;
@@ -30,7 +31,7 @@ use crate::endpoint::{Disposition, EndpointState, Item, Readiness};
 use crate::http::{self, Outcome};
 use crate::index::{Change, Index};
 use crate::metrics::{Metrics, OutcomeLabel, ShardLabel};
-use crate::retry::{self, Next};
+use crate::retry;
 use crate::setup::Layout;
 
 /// Settings shared by all shards of a dispatcher.
@@ -465,7 +466,7 @@ impl Runtime {
         let was_disabled = state.disabled.is_some();
         state.finish(item, &response, disposition, Instant::now(), now_ms());
         if !was_disabled && let Some(disabled) = &state.disabled {
-            tracing::warn!(endpoint = %key, reason = disabled.reason, "endpoint disabled: {}", disabled.message);
+            tracing::warn!(endpoint = %key, reason = disabled.reason.as_str(), "endpoint disabled: {}", disabled.message);
             // Report at once, not at the next interval: a tenant should hear about this.
             state.health_at = None;
         }
@@ -623,7 +624,7 @@ async fn decide(
     if let Some(status) = response.status
         && delivery.final_status_codes.contains(&status)
     {
-        return Disposition::Dead("FinalStatus");
+        return Disposition::Dead(DeadReason::FinalStatus);
     }
     let now = now_ms();
     let first = item.first_attempt_ms.unwrap_or(now);
@@ -635,8 +636,8 @@ async fn decide(
         fastrand::f64(),
         response.retry_after,
     ) {
-        Next::GiveUp => return Disposition::Dead("RetriesExhausted"),
-        Next::RetryAfter(delay) => delay,
+        None => return Disposition::Dead(DeadReason::RetriesExhausted),
+        Some(delay) => delay,
     };
     if ordered {
         return Disposition::Requeue(delay);
@@ -668,11 +669,11 @@ async fn schedule_retry(
     };
     let mut headers = HeaderMap::new();
     headers.insert(
-        "Nats-Schedule",
+        SCHEDULE_HEADER,
         format!("@at {}", at.strftime("%Y-%m-%dT%H:%M:%SZ")).as_str(),
     );
     headers.insert(
-        "Nats-Schedule-Target",
+        SCHEDULE_TARGET_HEADER,
         key.lane_subject(shard, Lane::Retry).as_str(),
     );
     headers.insert(EVENT_ID_HEADER, &*item.event_id);

@@ -9,7 +9,7 @@ use herald_core::dataplane::{
     ATTEMPTS_STREAM, CONFIG_BUCKET, EndpointConfig, EndpointHealth, EndpointKey, HEALTH_BUCKET,
     KeySet, event_subject, keyset_key, shard_for,
 };
-use herald_core::v1alpha1::{DeliveryPolicy, WebhookEndpointSpec};
+use herald_core::v1alpha1::{DeliveryPolicy, WebhookEndpoint, WebhookEndpointSpec};
 use serde_json::{Value, json};
 
 use herald_dispatcher::index::Index;
@@ -30,22 +30,11 @@ pub fn endpoint(namespace: &str, name: &str, spec: Value) -> EndpointConfig {
         full.extend(spec);
     }
     let spec: WebhookEndpointSpec = serde_json::from_value(full).expect("a valid spec");
-    EndpointConfig {
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-        uid: format!("uid-{namespace}-{name}"),
-        generation: 1,
-        url: spec.url,
-        event_types: spec.event_types,
-        secret: spec.secret_ref.name,
-        ordered: spec.ordered,
-        ordering_key: spec.ordering_key,
-        paused: spec.paused,
-        delivery: std::sync::Arc::new(spec.delivery),
-        headers: spec.headers,
-        shard: shard_for(namespace, name, TEST_SHARDS),
-        enable_token: None,
-    }
+    let mut obj = WebhookEndpoint::new(name, spec);
+    obj.metadata.namespace = Some(namespace.to_owned());
+    obj.metadata.uid = Some(format!("uid-{namespace}-{name}"));
+    obj.metadata.generation = Some(1);
+    EndpointConfig::from_spec(&obj, shard_for(namespace, name, TEST_SHARDS))
 }
 
 /// The default delivery policy with a fast retry schedule for tests.
@@ -66,7 +55,7 @@ impl DataPlane {
     pub async fn new(nats: async_nats::Client) -> Self {
         let js = jetstream::new(nats);
         // The dispatcher's own set-up creates everything; tests may run first.
-        herald_dispatcher::setup::ensure(&js, herald_dispatcher::setup::DEFAULT_RETENTION)
+        herald_dispatcher::setup::ensure(&js, herald_dispatcher::setup::DEFAULT_RETENTION, 1)
             .await
             .expect("JetStream layout");
         let config = js
@@ -177,6 +166,7 @@ pub fn shared_dispatcher(env: &'static TestEnv) -> &'static Index {
         let index = Index::default();
         let theirs = index.clone();
         std::thread::spawn(move || {
+            herald_dispatcher::install_crypto_provider();
             let runtime = tokio::runtime::Runtime::new().expect("dispatcher runtime");
             let config =
                 herald_dispatcher::Config::for_tests(&url, &format!("e2e-{}", std::process::id()));

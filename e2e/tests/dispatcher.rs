@@ -235,7 +235,10 @@ async fn gone_disables_the_endpoint() {
         }
     })
     .await;
-    assert_eq!(health.disabled_reason.as_deref(), Some("Gone"));
+    assert_eq!(
+        health.disabled_reason,
+        Some(herald_core::dataplane::DisabledReason::Gone)
+    );
     s.dp.publish(&s.ns, "a", json!(2)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -346,7 +349,7 @@ async fn the_circuit_opens_and_a_probe_closes_it() {
                 h.circuit == Some(CircuitState::Closed)
                     && h.last_delivery
                         .as_ref()
-                        .is_some_and(|l| l.outcome == "Success")
+                        .is_some_and(|l| l.outcome == herald_core::dataplane::AttemptOutcome::Success)
             })
         }
     })

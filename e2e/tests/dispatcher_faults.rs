@@ -27,8 +27,8 @@ fn spawn_dispatcher(id: &str) -> Child {
             "127.0.0.1:0",
             "--health-interval",
             "1s",
-            "--grace-seconds",
-            "5",
+            "--grace",
+            "5s",
         ])
         .stdin(Stdio::null())
         .stdout(log(id, "out"))

@@ -74,6 +74,8 @@ app.kubernetes.io/component: dispatcher
 - name: HERALD_NATS_URL
   value: {{ .Values.nats.url | quote }}
 {{- end }}
+- name: HERALD_JETSTREAM_REPLICAS
+  value: {{ .Values.nats.jetstreamReplicas | quote }}
 - name: HERALD_SHARDS
   value: {{ .Values.shards | quote }}
 {{- if .Values.allowNetworks }}

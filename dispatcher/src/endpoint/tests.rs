@@ -27,6 +27,7 @@ fn state(delivery: serde_json::Value, ordered: bool) -> EndpointState {
         headers: vec![],
         shard: 0,
         enable_token: None,
+        held: None,
     };
     let ep = Endpoint::compile_for_test(config);
     let key =
@@ -347,7 +348,10 @@ fn gone_and_sustained_failure_disable_and_a_new_token_re_enables() {
         now,
         3_600_000,
     );
-    assert_eq!(s.disabled.as_ref().unwrap().reason, "SustainedFailure");
+    assert_eq!(
+        s.disabled.as_ref().unwrap().reason,
+        DisabledReason::SustainedFailure
+    );
     assert_eq!(s.readiness(now), Readiness::Idle);
     assert_eq!(s.health(3_600_000).unwrap().state, Some(State::Disabled));
 
@@ -369,7 +373,7 @@ fn gone_and_sustained_failure_disable_and_a_new_token_re_enables() {
         now,
         0,
     );
-    assert_eq!(gone.disabled.as_ref().unwrap().reason, "Gone");
+    assert_eq!(gone.disabled.as_ref().unwrap().reason, DisabledReason::Gone);
 }
 
 #[test]

@@ -12,6 +12,7 @@ async fn main() {
         )
         .init();
     let config = herald_dispatcher::Config::parse();
+    herald_dispatcher::install_crypto_provider();
     // Stop with the test that started this process, even when it panicked or was killed.
     let parent = std::os::unix::process::parent_id();
     let orphaned = async move {

@@ -7,8 +7,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
 use clap::Parser;
 use futures::StreamExt as _;
-use herald_core::dataplane::{ATTEMPTS_STREAM, EndpointKey};
-use serde::Deserialize;
+use herald_core::dataplane::{ATTEMPTS_STREAM, AttemptRecord, EndpointKey};
 use std::collections::VecDeque;
 
 #[derive(Parser)]
@@ -24,22 +23,6 @@ struct Args {
     /// How many attempts to show (the newest last).
     #[arg(long, default_value_t = 20)]
     last: usize,
-}
-
-/// One attempt record; the log stores them as JSON lines, several per message.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Attempt {
-    event_id: String,
-    attempt: u32,
-    time_ms: i64,
-    outcome: String,
-    http_status: Option<u16>,
-    latency_ms: u64,
-    #[serde(default)]
-    response: String,
-    state: String,
-    next_attempt_ms: Option<i64>,
 }
 
 #[tokio::main]
@@ -69,7 +52,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
     let mut messages = consumer.messages().await?;
-    let mut rows: VecDeque<Attempt> = VecDeque::with_capacity(args.last + 1);
+    let mut rows: VecDeque<AttemptRecord> = VecDeque::with_capacity(args.last + 1);
     while let Some(message) = messages.next().await {
         let message = message?;
         for line in message
@@ -96,10 +79,10 @@ async fn main() -> anyhow::Result<()> {
             clock(a.time_ms),
             a.event_id,
             a.attempt,
-            a.outcome,
+            a.outcome.as_str(),
             a.http_status.map_or("-".to_owned(), |s| s.to_string()),
             a.latency_ms,
-            a.state,
+            a.state.as_str(),
             a.next_attempt_ms.map_or("-".to_owned(), clock),
             a.response
                 .chars()
@@ -112,8 +95,10 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// `HH:MM:SS.mmm` UTC.
-fn clock(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms)
+fn clock(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
         .map(|t| t.strftime("%H:%M:%S%.3f").to_string())
-        .unwrap_or_else(|_| ms.to_string())
+        .unwrap_or_else(|| ms.to_string())
 }

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use herald_core::dataplane::{EndpointHealth, Lane, LastAttempt};
-use herald_core::names::reason;
+use herald_core::dataplane::{
+    AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointHealth, Lane, LastAttempt,
+};
 use herald_core::signing::SigningKey;
 use herald_core::v1alpha1::{CircuitState, EndpointState as State};
-use serde::Serialize;
 
 use crate::http::{Outcome, Response};
 use crate::index;
@@ -160,30 +160,10 @@ pub enum Disposition {
     /// A retry was scheduled in JetStream (after this delay).
     Scheduled(Duration),
     /// Given up: retry budget spent or a final status.
-    Dead(&'static str),
+    Dead(DeadReason),
     /// Keep the item and retry in place after the delay (ordered endpoints, or the
     /// schedule could not be published).
     Requeue(Duration),
-}
-
-/// One attempt-log record. No request or response headers, so no secret or auth header
-/// can end up here.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AttemptRecord {
-    pub event_id: Arc<str>,
-    pub attempt: u32,
-    pub time_ms: u64,
-    pub outcome: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_status: Option<u16>,
-    pub latency_ms: u64,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub response: String,
-    /// `succeeded`, `retrying` or `dead`.
-    pub state: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_attempt_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -257,7 +237,7 @@ impl Window {
 /// Why and since when an endpoint is disabled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disabled {
-    pub reason: &'static str,
+    pub reason: DisabledReason,
     pub message: String,
     /// The enable token in force when it was disabled; a new one re-enables.
     pub token: Option<String>,
@@ -511,30 +491,30 @@ impl EndpointState {
         self.last = Some(LastAttempt {
             event_id: item.event_id.to_string(),
             http_status: response.status,
-            outcome: outcome.as_str().to_owned(),
+            outcome,
             latency_ms,
             time_ms: now_ms,
         });
-        let (state, next_attempt_ms) = match disposition {
-            Disposition::Done => ("succeeded", None),
-            Disposition::Dead(_) => ("dead", None),
-            Disposition::Scheduled(d) | Disposition::Requeue(d) => {
-                ("retrying", Some(now_ms + d.as_millis() as u64))
-            }
+        let (state, next_attempt_ms, dead_reason) = match disposition {
+            Disposition::Done => (DeliveryState::Succeeded, None, None),
+            Disposition::Dead(reason) => (DeliveryState::Dead, None, Some(reason)),
+            Disposition::Scheduled(d) | Disposition::Requeue(d) => (
+                DeliveryState::Retrying,
+                Some(now_ms + d.as_millis() as u64),
+                None,
+            ),
         };
         self.records.push(AttemptRecord {
             event_id: item.event_id.clone(),
             attempt: item.attempt,
             time_ms: now_ms,
-            outcome: match disposition {
-                Disposition::Dead(reason) if outcome == Outcome::Success => reason,
-                _ => outcome.as_str(),
-            },
+            outcome,
             http_status: response.status,
             latency_ms,
             response: response.snippet.clone(),
             state,
             next_attempt_ms,
+            dead_reason,
         });
         if outcome == Outcome::Success {
             if self.circuit != CircuitState::Closed {
@@ -584,12 +564,12 @@ impl EndpointState {
                 self.not_before = Some(self.not_before.map_or(until, |t| t.max(until)));
             }
             if outcome == Outcome::Gone && delivery.disable_on_gone {
-                self.disable(reason::GONE, "the receiver answered 410 Gone".to_owned());
+                self.disable(DisabledReason::Gone, "the receiver answered 410 Gone".to_owned());
             } else if now_ms.saturating_sub(first)
                 >= delivery.disable_after.get().as_millis() as u64
             {
                 self.disable(
-                    reason::SUSTAINED_FAILURE,
+                    DisabledReason::SustainedFailure,
                     format!(
                         "no successful delivery for {} (spec.delivery.disableAfter)",
                         delivery.disable_after
@@ -609,7 +589,7 @@ impl EndpointState {
         }
     }
 
-    fn disable(&mut self, reason: &'static str, message: String) {
+    fn disable(&mut self, reason: DisabledReason, message: String) {
         if self.disabled.is_none() {
             let token = self.ep.as_ref().and_then(|e| e.config.enable_token.clone());
             self.disabled = Some(Disabled {
@@ -667,7 +647,7 @@ impl EndpointState {
             success_permille: success,
             p95_latency_ms: p95,
             first_failure_ms: self.first_failure_ms,
-            disabled_reason: self.disabled.as_ref().map(|d| d.reason.to_owned()),
+            disabled_reason: self.disabled.as_ref().map(|d| d.reason),
             disabled_message: self.disabled.as_ref().map(|d| d.message.clone()),
             enable_token: self.disabled.as_ref().and_then(|d| d.token.clone()),
         })

@@ -9,9 +9,13 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+pub mod layout;
+pub mod records;
 
-use crate::v1alpha1::{CircuitState, DeliveryPolicy, EndpointState, Header};
+pub use records::{
+    AttemptOutcome, AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointConfig,
+    EndpointHealth, Hold, KeySet, LastAttempt,
+};
 
 /// Ingest stream: the event store and the replay source.
 pub const EVENTS_STREAM: &str = "HERALD_EVENTS";
@@ -54,6 +58,16 @@ pub const REPLAY_HEADER: &str = "Herald-Replay";
 pub const ORDERING_KEY_HEADER: &str = "Herald-Ordering-Key";
 /// Header carrying the reason on dead-letter messages.
 pub const REASON_HEADER: &str = "Herald-Reason";
+/// Header carrying the original ingest subject on dead-letter messages.
+pub const SUBJECT_HEADER: &str = "Herald-Subject";
+/// Header carrying the uid of the endpoint a lane message was written for: a message
+/// left behind by a deleted endpoint is not delivered to a re-created one of the same
+/// name.
+pub const ENDPOINT_UID_HEADER: &str = "Herald-Endpoint-Uid";
+/// JetStream's header that makes a message a schedule (`@at <RFC 3339 time>`).
+pub const SCHEDULE_HEADER: &str = "Nats-Schedule";
+/// JetStream's header naming the subject a schedule publishes to when due.
+pub const SCHEDULE_TARGET_HEADER: &str = "Nats-Schedule-Target";
 
 /// An endpoint's identity in subjects and keys: `<namespace>.<name>`, with the dots of
 /// the name (Kubernetes names are DNS subdomains) turned into `_`, which Kubernetes names
@@ -92,7 +106,7 @@ impl EndpointKey {
 
     /// `ep.<key>` in [`CONFIG_BUCKET`] and [`HEALTH_BUCKET`].
     pub fn config_key(&self) -> String {
-        format!("ep.{}", self.0)
+        BucketKey::Endpoint(self.clone()).to_string()
     }
 
     pub fn lane_subject(&self, shard: u32, lane: Lane) -> String {
@@ -118,6 +132,58 @@ impl fmt::Debug for EndpointKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "EndpointKey({})", self.0)
     }
+}
+
+/// A key of [`CONFIG_BUCKET`] or [`HEALTH_BUCKET`]: `ep.<ns>.<name>` for an endpoint's
+/// configuration or health, `key.<ns>.<secret>` for a signing secret's key set. Parsed
+/// and printed only here, so the operator and the dispatchers cannot disagree.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum BucketKey {
+    /// `ep.<ns>.<name>`.
+    Endpoint(EndpointKey),
+    /// `key.<ns>.<secret name>` (the secret's key, escaped like an endpoint's).
+    KeySet(EndpointKey),
+}
+
+impl BucketKey {
+    const ENDPOINT: &str = "ep.";
+    const KEY_SET: &str = "key.";
+
+    /// The key set of `SigningSecret` `secret` in `namespace`.
+    pub fn key_set(namespace: &str, secret: &str) -> Self {
+        Self::KeySet(EndpointKey::new(namespace, secret))
+    }
+
+    pub fn parse(key: &str) -> Option<Self> {
+        if let Some(rest) = key.strip_prefix(Self::ENDPOINT) {
+            EndpointKey::parse(rest).map(Self::Endpoint)
+        } else {
+            key.strip_prefix(Self::KEY_SET)
+                .and_then(EndpointKey::parse)
+                .map(Self::KeySet)
+        }
+    }
+
+    /// The namespace both kinds of key belong to.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Self::Endpoint(k) | Self::KeySet(k) => k.namespace(),
+        }
+    }
+}
+
+impl fmt::Display for BucketKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Endpoint(k) => write!(f, "{}{k}", Self::ENDPOINT),
+            Self::KeySet(k) => write!(f, "{}{k}", Self::KEY_SET),
+        }
+    }
+}
+
+/// `key.<ns>.<name>` in [`CONFIG_BUCKET`]: a signing secret's keys.
+pub fn keyset_key(namespace: &str, secret: &str) -> String {
+    BucketKey::key_set(namespace, secret).to_string()
 }
 
 /// The two lanes of an endpoint's queue.
@@ -193,105 +259,6 @@ pub fn event_id(published_ms: u64, sequence: u64) -> String {
     )
 }
 
-/// What the dispatcher needs to know about one endpoint, compiled by the operator from a
-/// valid `WebhookEndpoint`. Stored as JSON under `ep.<key>` in [`CONFIG_BUCKET`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EndpointConfig {
-    pub namespace: String,
-    pub name: String,
-    /// The resource's uid: a deleted and re-created endpoint is a new endpoint.
-    pub uid: String,
-    pub generation: i64,
-    pub url: String,
-    pub event_types: Vec<String>,
-    /// Name of the `SigningSecret`; its keys are under `key.<ns>.<name>`.
-    pub secret: String,
-    #[serde(default)]
-    pub ordered: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ordering_key: Option<String>,
-    #[serde(default)]
-    pub paused: bool,
-    /// Shared: dispatchers intern identical policies (most endpoints use the defaults),
-    /// which keeps an idle endpoint small.
-    pub delivery: std::sync::Arc<DeliveryPolicy>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub headers: Vec<Header>,
-    pub shard: u32,
-    /// Changes when a user re-enables a disabled endpoint (`herald.dev/enable`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enable_token: Option<String>,
-}
-
-impl EndpointConfig {
-    pub fn key(&self) -> EndpointKey {
-        EndpointKey::new(&self.namespace, &self.name)
-    }
-}
-
-/// `key.<ns>.<name>` in [`CONFIG_BUCKET`]: a signing secret's keys.
-pub fn keyset_key(namespace: &str, secret: &str) -> String {
-    format!("key.{}", EndpointKey::new(namespace, secret))
-}
-
-/// The keys that currently sign for one `SigningSecret`, newest first. During a
-/// rotation's overlap both keys are here; afterwards only the new one.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KeySet {
-    /// `whsec_...` secrets.
-    pub keys: Vec<String>,
-}
-
-impl fmt::Debug for KeySet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "KeySet({} keys, <redacted>)", self.keys.len())
-    }
-}
-
-/// What a dispatcher reports about one endpoint. Stored under `ep.<key>` in
-/// [`HEALTH_BUCKET`], at most once per endpoint per reporting interval, only on change.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EndpointHealth {
-    /// The uid of the endpoint this is about (stale records of a re-created endpoint
-    /// are ignored).
-    pub uid: String,
-    /// The config generation the dispatcher is using.
-    pub generation: i64,
-    pub shard: u32,
-    pub state: Option<EndpointState>,
-    pub circuit: Option<CircuitState>,
-    pub concurrency_limit: Option<u32>,
-    pub backlog: Option<u64>,
-    /// Unix milliseconds of the oldest pending delivery's publish.
-    pub oldest_pending_ms: Option<u64>,
-    pub last_delivery: Option<LastAttempt>,
-    /// Successful attempts / attempts over the window, in per mille.
-    pub success_permille: Option<u32>,
-    pub p95_latency_ms: Option<u64>,
-    /// Unix milliseconds of the start of the current failure run.
-    pub first_failure_ms: Option<u64>,
-    /// Why the endpoint is disabled, when it is (`Gone`, `SustainedFailure`).
-    pub disabled_reason: Option<String>,
-    pub disabled_message: Option<String>,
-    /// The enable token in force when the endpoint was disabled.
-    pub enable_token: Option<String>,
-}
-
-/// The most recent attempt, as reported in health.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LastAttempt {
-    pub event_id: String,
-    pub http_status: Option<u16>,
-    pub outcome: String,
-    pub latency_ms: u64,
-    /// Unix milliseconds.
-    pub time_ms: u64,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,10 +326,18 @@ mod tests {
     }
 
     #[test]
-    fn keysets_never_print_keys() {
-        let set = KeySet {
-            keys: vec!["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()],
-        };
-        assert!(!format!("{set:?}").contains("whsec_"));
+    fn bucket_keys_round_trip() {
+        let ep = BucketKey::Endpoint(EndpointKey::new("shop", "orders.v2"));
+        assert_eq!(ep.to_string(), "ep.shop.orders_v2");
+        assert_eq!(BucketKey::parse("ep.shop.orders_v2"), Some(ep.clone()));
+        assert_eq!(EndpointKey::new("shop", "orders.v2").config_key(), "ep.shop.orders_v2");
+        let keys = BucketKey::key_set("shop", "signing");
+        assert_eq!(keys.to_string(), "key.shop.signing");
+        assert_eq!(keyset_key("shop", "signing"), "key.shop.signing");
+        assert_eq!(BucketKey::parse("key.shop.signing"), Some(keys.clone()));
+        assert_eq!(keys.namespace(), "shop");
+        for bad in ["ep.", "ep.shop", "key.", "member.x", "shard.1", "ep.shop.a.b", ""] {
+            assert_eq!(BucketKey::parse(bad), None, "{bad}");
+        }
     }
 }

@@ -1,0 +1,306 @@
+//! The JetStream layout: one description of every stream and bucket Herald uses (name,
+//! subjects, limits), and the one way both binaries create or bring them up to date.
+//!
+//! Contract: [`ensure_stream`] and [`ensure_bucket`] are idempotent and safe to race
+//! (several dispatcher replicas and the operator start together); they set only what
+//! Herald owns (subjects, retention, schedules, duplicate window) and never lower the
+//! replica count an administrator gave an existing stream: a stream with more replicas
+//! than asked for keeps them (and says so in a log line); one with fewer is raised.
+
+use std::time::Duration;
+
+use async_nats::jetstream::context::GetStreamErrorKind;
+use async_nats::jetstream::{self, ErrorCode, kv, stream};
+
+use super::{
+    ATTEMPTS_PREFIX, ATTEMPTS_STREAM, CONFIG_BUCKET, DEADLETTER_PREFIX, DEADLETTER_STREAM,
+    DELIVERIES_STREAM, EVENTS_PREFIX, EVENTS_STREAM, HEALTH_BUCKET, LANE_PREFIX, SCHEDULE_PREFIX,
+    SHARDS_BUCKET,
+};
+
+/// Default retention of events, attempt records and dead letters: 30 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long a shard lease or membership lives without renewal.
+pub const LEASE_TTL: Duration = Duration::from_secs(10);
+/// JetStream's duplicate window on the streams Herald publishes to with `Nats-Msg-Id`.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
+/// One stream: what Herald needs of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamSpec {
+    pub name: &'static str,
+    pub subjects: Vec<String>,
+    pub max_age: Duration,
+    /// Per-message schedules (`Nats-Schedule`), nats-server 2.12 or newer.
+    pub schedules: bool,
+}
+
+/// One key-value bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketSpec {
+    pub name: &'static str,
+    /// Zero: entries never expire.
+    pub max_age: Duration,
+}
+
+/// The ingest stream (event store, replay source).
+pub fn events_stream(retention: Duration) -> StreamSpec {
+    StreamSpec {
+        name: EVENTS_STREAM,
+        subjects: vec![format!("{EVENTS_PREFIX}.>")],
+        max_age: retention,
+        schedules: false,
+    }
+}
+
+/// Per-endpoint lanes and pending retries.
+pub fn deliveries_stream(retention: Duration) -> StreamSpec {
+    StreamSpec {
+        name: DELIVERIES_STREAM,
+        subjects: vec![format!("{LANE_PREFIX}.>"), format!("{SCHEDULE_PREFIX}.>")],
+        max_age: retention,
+        schedules: true,
+    }
+}
+
+/// The attempt log.
+pub fn attempts_stream(retention: Duration) -> StreamSpec {
+    StreamSpec {
+        name: ATTEMPTS_STREAM,
+        subjects: vec![format!("{ATTEMPTS_PREFIX}.>")],
+        max_age: retention,
+        schedules: false,
+    }
+}
+
+/// Events that cannot be delivered at all.
+pub fn deadletter_stream(retention: Duration) -> StreamSpec {
+    StreamSpec {
+        name: DEADLETTER_STREAM,
+        subjects: vec![format!("{DEADLETTER_PREFIX}.>")],
+        max_age: retention,
+        schedules: false,
+    }
+}
+
+/// Every stream, for a retention window.
+pub fn streams(retention: Duration) -> [StreamSpec; 4] {
+    [
+        events_stream(retention),
+        deliveries_stream(retention),
+        attempts_stream(retention),
+        deadletter_stream(retention),
+    ]
+}
+
+/// Endpoint configurations and key sets, written by the operator.
+pub const CONFIG: BucketSpec = BucketSpec {
+    name: CONFIG_BUCKET,
+    max_age: Duration::ZERO,
+};
+/// Endpoint health and delivery state that must outlive a dispatcher, written by the
+/// dispatchers.
+pub const HEALTH: BucketSpec = BucketSpec {
+    name: HEALTH_BUCKET,
+    max_age: Duration::ZERO,
+};
+/// Shard leases and dispatcher membership.
+pub const SHARDS: BucketSpec = BucketSpec {
+    name: SHARDS_BUCKET,
+    max_age: LEASE_TTL,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error("creating or updating stream {name}: {source}")]
+    Stream {
+        name: &'static str,
+        #[source]
+        source: async_nats::Error,
+    },
+    #[error("creating or updating key-value bucket {name}: {source}")]
+    Bucket {
+        name: &'static str,
+        #[source]
+        source: async_nats::Error,
+    },
+}
+
+/// The stream's configuration as Herald wants it, on top of `base` (an existing
+/// stream's configuration, so settings Herald does not own are kept).
+fn stream_config(spec: &StreamSpec, replicas: usize, base: stream::Config) -> stream::Config {
+    stream::Config {
+        name: spec.name.to_owned(),
+        subjects: spec.subjects.clone(),
+        storage: stream::StorageType::File,
+        retention: stream::RetentionPolicy::Limits,
+        max_age: spec.max_age,
+        duplicate_window: DUPLICATE_WINDOW,
+        allow_direct: true,
+        allow_message_schedules: spec.schedules || base.allow_message_schedules,
+        num_replicas: replicas.max(base.num_replicas).max(1),
+        ..base
+    }
+}
+
+/// Creates the stream, or brings an existing one up to date without lowering its
+/// replicas. Returns a handle.
+pub async fn ensure_stream(
+    js: &jetstream::Context,
+    spec: &StreamSpec,
+    replicas: usize,
+) -> Result<stream::Stream, LayoutError> {
+    let error = |source: async_nats::Error| LayoutError::Stream {
+        name: spec.name,
+        source,
+    };
+    // Two replicas starting together may both find the stream missing and race to
+    // create it; the loser finds it on the next pass.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match js.get_stream(spec.name).await {
+            Ok(mut existing) => {
+                let current = existing
+                    .info()
+                    .await
+                    .map_err(|e| error(e.into()))?
+                    .config
+                    .clone();
+                warn_if_more_replicas(spec.name, current.num_replicas, replicas);
+                let wanted = stream_config(spec, replicas, current.clone());
+                if same_stream_config(&wanted, &current) {
+                    return Ok(existing);
+                }
+                js.update_stream(wanted).await.map_err(|e| error(e.into()))?;
+                return js.get_stream(spec.name).await.map_err(|e| error(e.into()));
+            }
+            Err(e) => {
+                let missing = matches!(
+                    e.kind(),
+                    GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND
+                );
+                if !missing {
+                    if tries >= 3 {
+                        return Err(error(e.into()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                let config = stream_config(spec, replicas, stream::Config::default());
+                match js.create_stream(config).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(e) if tries >= 3 => return Err(error(e.into())),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }
+    }
+}
+
+fn same_stream_config(a: &stream::Config, b: &stream::Config) -> bool {
+    a.subjects == b.subjects
+        && a.max_age == b.max_age
+        && a.duplicate_window == b.duplicate_window
+        && a.allow_direct == b.allow_direct
+        && a.allow_message_schedules == b.allow_message_schedules
+        && a.num_replicas == b.num_replicas
+        && a.storage == b.storage
+}
+
+fn warn_if_more_replicas(name: &str, existing: usize, wanted: usize) {
+    if existing > wanted.max(1) {
+        tracing::warn!(
+            stream = name,
+            existing,
+            wanted,
+            "the stream has more replicas than configured; keeping them (Herald never lowers replicas)"
+        );
+    }
+}
+
+/// Opens the bucket, creating it when missing; raises its replicas when fewer than
+/// `replicas`, never lowers them.
+pub async fn ensure_bucket(
+    js: &jetstream::Context,
+    spec: BucketSpec,
+    replicas: usize,
+) -> Result<kv::Store, LayoutError> {
+    let error = |source: async_nats::Error| LayoutError::Bucket {
+        name: spec.name,
+        source,
+    };
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        if let Ok(store) = js.get_key_value(spec.name).await {
+            let stream_name = format!("KV_{}", spec.name);
+            let mut stream = js
+                .get_stream(&stream_name)
+                .await
+                .map_err(|e| error(e.into()))?;
+            let config = stream.info().await.map_err(|e| error(e.into()))?.config.clone();
+            warn_if_more_replicas(spec.name, config.num_replicas, replicas);
+            if config.num_replicas < replicas || config.max_age != spec.max_age {
+                let raised = stream::Config {
+                    num_replicas: config.num_replicas.max(replicas),
+                    max_age: spec.max_age,
+                    ..config
+                };
+                js.update_stream(raised).await.map_err(|e| error(e.into()))?;
+            }
+            return Ok(store);
+        }
+        let created = js
+            .create_key_value(kv::Config {
+                bucket: spec.name.to_owned(),
+                history: 1,
+                storage: stream::StorageType::File,
+                max_age: spec.max_age,
+                num_replicas: replicas.max(1),
+                ..Default::default()
+            })
+            .await;
+        match created {
+            Ok(store) => return Ok(store),
+            Err(e) if tries >= 3 => return Err(error(e.into())),
+            // Lost a race with another replica or the operator: open it next time round.
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stream_is_file_backed_with_the_retention() {
+        let retention = Duration::from_secs(3600);
+        for spec in streams(retention) {
+            let config = stream_config(&spec, 1, stream::Config::default());
+            assert_eq!(config.max_age, retention, "{}", spec.name);
+            assert_eq!(config.storage, stream::StorageType::File);
+            assert_eq!(config.num_replicas, 1);
+        }
+        assert!(deliveries_stream(retention).schedules);
+    }
+
+    #[test]
+    fn replicas_are_raised_never_lowered() {
+        let spec = events_stream(DEFAULT_RETENTION);
+        let admin = stream::Config {
+            num_replicas: 5,
+            max_bytes: 1 << 30,
+            ..Default::default()
+        };
+        let config = stream_config(&spec, 3, admin);
+        assert_eq!(config.num_replicas, 5, "an administrator's replicas stay");
+        assert_eq!(config.max_bytes, 1 << 30, "settings Herald does not own stay");
+        let single = stream::Config {
+            num_replicas: 1,
+            ..Default::default()
+        };
+        assert_eq!(stream_config(&spec, 3, single).num_replicas, 3);
+    }
+}

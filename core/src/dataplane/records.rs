@@ -1,0 +1,374 @@
+//! The records that cross the NATS wire between the operator, the dispatchers and the
+//! tools that read the delivery log: typed once here, serialized as before so data
+//! already stored stays readable.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::EndpointKey;
+use crate::names::ENABLE_ANNOTATION;
+use crate::v1alpha1::{CircuitState, DeliveryPolicy, EndpointState, Header, WebhookEndpoint};
+
+/// What the dispatcher needs to know about one endpoint, compiled by the operator from a
+/// valid `WebhookEndpoint`. Stored as JSON under `ep.<key>` in
+/// [`CONFIG_BUCKET`](super::CONFIG_BUCKET).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointConfig {
+    pub namespace: String,
+    pub name: String,
+    /// The resource's uid: a deleted and re-created endpoint is a new endpoint.
+    pub uid: String,
+    pub generation: i64,
+    pub url: String,
+    pub event_types: Vec<String>,
+    /// Name of the `SigningSecret`; its keys are under `key.<ns>.<name>`.
+    pub secret: String,
+    #[serde(default)]
+    pub ordered: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
+    #[serde(default)]
+    pub paused: bool,
+    /// Shared: dispatchers intern identical policies (most endpoints use the defaults),
+    /// which keeps an idle endpoint small.
+    pub delivery: Arc<DeliveryPolicy>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<Header>,
+    pub shard: u32,
+    /// Changes when a user re-enables a disabled endpoint (`herald.dev/enable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_token: Option<String>,
+    /// Set while the resource exists but does not validate right now (its secret is not
+    /// ready, its host does not resolve...): the dispatchers keep this last good
+    /// configuration and the endpoint's backlog, deliver nothing, and resume when the
+    /// operator clears it. Only a deleted resource drops work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Hold>,
+}
+
+/// Why delivery to an endpoint is held: a condition reason and message a tenant can
+/// act on (the endpoint's `Ready` condition says the same).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub reason: String,
+    pub message: String,
+}
+
+impl EndpointConfig {
+    /// The configuration of a (validated) `WebhookEndpoint` on `shard`: the one way the
+    /// operator, the tests and the benchmark build it.
+    pub fn from_spec(obj: &WebhookEndpoint, shard: u32) -> Self {
+        let meta = &obj.metadata;
+        let spec = &obj.spec;
+        Self {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            generation: meta.generation.unwrap_or_default(),
+            url: spec.url.clone(),
+            event_types: spec.event_types.clone(),
+            secret: spec.secret_ref.name.clone(),
+            ordered: spec.ordered,
+            ordering_key: spec.ordering_key.clone(),
+            paused: spec.paused,
+            delivery: Arc::new(spec.delivery.clone()),
+            headers: spec.headers.clone(),
+            shard,
+            enable_token: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ENABLE_ANNOTATION))
+                .cloned(),
+            held: None,
+        }
+    }
+
+    pub fn key(&self) -> EndpointKey {
+        EndpointKey::new(&self.namespace, &self.name)
+    }
+}
+
+/// The keys that currently sign for one `SigningSecret`, newest first. During a
+/// rotation's overlap both keys are here; afterwards only the new one.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeySet {
+    /// `whsec_...` secrets.
+    pub keys: Vec<String>,
+}
+
+impl fmt::Debug for KeySet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeySet({} keys, <redacted>)", self.keys.len())
+    }
+}
+
+/// What an attempt came to: the attempt log's error classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AttemptOutcome {
+    /// Any 2xx.
+    Success,
+    /// A non-2xx status other than those below.
+    HttpError,
+    /// 429 or 503: slow down (honouring `Retry-After`).
+    RateLimited,
+    /// 410: the receiver says the endpoint is gone for good.
+    Gone,
+    /// 3xx: redirects are never followed.
+    Redirect,
+    /// No complete response within the endpoint's timeout.
+    Timeout,
+    /// Connection refused, reset, DNS failure, TLS failure.
+    ConnectError,
+    /// The address the host resolved to is refused by the platform's policy.
+    AddressForbidden,
+    /// Anything else that prevented a response.
+    RequestError,
+}
+
+impl AttemptOutcome {
+    pub const ALL: [Self; 9] = [
+        Self::Success,
+        Self::HttpError,
+        Self::RateLimited,
+        Self::Gone,
+        Self::Redirect,
+        Self::Timeout,
+        Self::ConnectError,
+        Self::AddressForbidden,
+        Self::RequestError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "Success",
+            Self::HttpError => "HttpError",
+            Self::RateLimited => "RateLimited",
+            Self::Gone => "Gone",
+            Self::Redirect => "Redirect",
+            Self::Timeout => "Timeout",
+            Self::ConnectError => "ConnectError",
+            Self::AddressForbidden => "AddressForbidden",
+            Self::RequestError => "RequestError",
+        }
+    }
+
+    /// The outcome of an HTTP status.
+    pub fn of_status(status: u16) -> Self {
+        match status {
+            200..=299 => Self::Success,
+            300..=399 => Self::Redirect,
+            410 => Self::Gone,
+            429 | 503 => Self::RateLimited,
+            _ => Self::HttpError,
+        }
+    }
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why the dispatcher stopped delivering to an endpoint. The names are condition and
+/// Event reasons too ([`crate::names::reason`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DisabledReason {
+    /// The receiver answered 410 Gone (`spec.delivery.disableOnGone`).
+    Gone,
+    /// No successful delivery for `spec.delivery.disableAfter`.
+    SustainedFailure,
+}
+
+impl DisabledReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gone => crate::names::reason::GONE,
+            Self::SustainedFailure => crate::names::reason::SUSTAINED_FAILURE,
+        }
+    }
+}
+
+/// Where one delivery (one event to one endpoint) stands after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryState {
+    Succeeded,
+    /// Failed; another attempt is due at `nextAttemptMs`.
+    Retrying,
+    /// Given up (see [`DeadReason`]); kept in the log and replayable.
+    Dead,
+}
+
+impl DeliveryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Retrying => "retrying",
+            Self::Dead => "dead",
+        }
+    }
+}
+
+/// Why a delivery was given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DeadReason {
+    /// The status is one of `spec.delivery.finalStatusCodes`.
+    FinalStatus,
+    /// The retry schedule or deadline is spent.
+    RetriesExhausted,
+}
+
+/// One attempt-log record, written by the dispatcher as JSON lines (batched per
+/// endpoint) to `herald.attempts.<ns>.<name>`. No request or response headers, so no
+/// secret or auth header can end up here.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    pub event_id: Arc<str>,
+    pub attempt: u32,
+    pub time_ms: u64,
+    pub outcome: AttemptOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    pub latency_ms: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub response: String,
+    pub state: DeliveryState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_ms: Option<u64>,
+    /// Set when `state` is `dead`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_reason: Option<DeadReason>,
+}
+
+/// What a dispatcher reports about one endpoint. Stored under `ep.<key>` in
+/// [`HEALTH_BUCKET`](super::HEALTH_BUCKET), at most once per endpoint per reporting
+/// interval, only on change.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointHealth {
+    /// The uid of the endpoint this is about (stale records of a re-created endpoint
+    /// are ignored).
+    pub uid: String,
+    /// The config generation the dispatcher is using.
+    pub generation: i64,
+    pub shard: u32,
+    pub state: Option<EndpointState>,
+    pub circuit: Option<CircuitState>,
+    pub concurrency_limit: Option<u32>,
+    pub backlog: Option<u64>,
+    /// Unix milliseconds of the oldest pending delivery's publish.
+    pub oldest_pending_ms: Option<u64>,
+    pub last_delivery: Option<LastAttempt>,
+    /// Successful attempts / attempts over the window, in per mille.
+    pub success_permille: Option<u32>,
+    pub p95_latency_ms: Option<u64>,
+    /// Unix milliseconds of the start of the current failure run.
+    pub first_failure_ms: Option<u64>,
+    /// Why the endpoint is disabled, when it is.
+    pub disabled_reason: Option<DisabledReason>,
+    pub disabled_message: Option<String>,
+    /// The enable token in force when the endpoint was disabled.
+    pub enable_token: Option<String>,
+}
+
+/// The most recent attempt, as reported in health.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastAttempt {
+    pub event_id: String,
+    pub http_status: Option<u16>,
+    pub outcome: AttemptOutcome,
+    pub latency_ms: u64,
+    /// Unix milliseconds.
+    pub time_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keysets_never_print_keys() {
+        let set = KeySet {
+            keys: vec!["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()],
+        };
+        assert!(!format!("{set:?}").contains("whsec_"));
+    }
+
+    #[test]
+    fn wire_forms_are_the_stored_ones() {
+        // Records written before these types existed must stay readable.
+        let old = json!({
+            "eventId": "msg_1", "attempt": 2, "timeMs": 5, "outcome": "HttpError",
+            "httpStatus": 500, "latencyMs": 3, "state": "retrying", "nextAttemptMs": 9
+        });
+        let record: AttemptRecord = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(record.outcome, AttemptOutcome::HttpError);
+        assert_eq!(record.state, DeliveryState::Retrying);
+        assert_eq!(serde_json::to_value(&record).unwrap(), old);
+        for outcome in AttemptOutcome::ALL {
+            assert_eq!(serde_json::to_value(outcome).unwrap(), json!(outcome.as_str()));
+        }
+        for state in [
+            DeliveryState::Succeeded,
+            DeliveryState::Retrying,
+            DeliveryState::Dead,
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), json!(state.as_str()));
+        }
+        for reason in [DisabledReason::Gone, DisabledReason::SustainedFailure] {
+            assert_eq!(serde_json::to_value(reason).unwrap(), json!(reason.as_str()));
+        }
+        let health: EndpointHealth =
+            serde_json::from_value(json!({"uid": "u", "generation": 1, "shard": 0,
+                "disabledReason": "Gone", "state": null, "circuit": null,
+                "concurrencyLimit": null, "backlog": null, "oldestPendingMs": null,
+                "lastDelivery": null, "successPermille": null, "p95LatencyMs": null,
+                "firstFailureMs": null, "disabledMessage": null, "enableToken": null}))
+            .unwrap();
+        assert_eq!(health.disabled_reason, Some(DisabledReason::Gone));
+    }
+
+    #[test]
+    fn statuses_classify_as_the_contract_says() {
+        for (status, outcome) in [
+            (200, AttemptOutcome::Success),
+            (204, AttemptOutcome::Success),
+            (302, AttemptOutcome::Redirect),
+            (410, AttemptOutcome::Gone),
+            (429, AttemptOutcome::RateLimited),
+            (503, AttemptOutcome::RateLimited),
+            (500, AttemptOutcome::HttpError),
+            (404, AttemptOutcome::HttpError),
+        ] {
+            assert_eq!(AttemptOutcome::of_status(status), outcome, "{status}");
+        }
+    }
+
+    #[test]
+    fn configs_come_from_the_resource() {
+        let spec = serde_json::from_value(json!({
+            "url": "https://hooks.example.com/", "eventTypes": ["order.*"],
+            "secretRef": {"name": "s"}, "ordered": true
+        }))
+        .unwrap();
+        let mut obj = WebhookEndpoint::new("orders", spec);
+        obj.metadata.namespace = Some("shop".into());
+        obj.metadata.uid = Some("u1".into());
+        obj.metadata.generation = Some(3);
+        obj.metadata.annotations = Some([(ENABLE_ANNOTATION.to_owned(), "7".to_owned())].into());
+        let config = EndpointConfig::from_spec(&obj, 5);
+        assert_eq!(config.key(), EndpointKey::new("shop", "orders"));
+        assert_eq!((config.uid.as_str(), config.generation, config.shard), ("u1", 3, 5));
+        assert!(config.ordered);
+        assert_eq!(config.secret, "s");
+        assert_eq!(config.enable_token.as_deref(), Some("7"));
+    }
+}
