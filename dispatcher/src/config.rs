@@ -48,6 +48,7 @@ pub struct Config {
 
 impl Config {
     /// Settings for tests: loopback allowed, fast health reports, given NATS URL.
+    #[cfg(any(test, feature = "testing"))]
     pub fn for_tests(nats_url: &str, replica_id: &str) -> Self {
         let mut config = Self::parse_from(["herald-dispatcher"]);
         config.nats.nats_url = nats_url.to_owned();
@@ -70,7 +71,8 @@ mod tests {
         let config = Config::try_parse_from(["x"]).unwrap();
         assert_eq!(config.retention, Duration::from_secs(30 * 24 * 3600));
         assert_eq!(config.grace, Duration::from_secs(20));
-        let config = Config::try_parse_from(["x", "--retention", "2h", "--grace", "1m30s"]).unwrap();
+        let config =
+            Config::try_parse_from(["x", "--retention", "2h", "--grace", "1m30s"]).unwrap();
         assert_eq!(config.retention, Duration::from_secs(7200));
         assert_eq!(config.grace, Duration::from_secs(90));
         assert!(Config::try_parse_from(["x", "--grace", "20"]).is_err());

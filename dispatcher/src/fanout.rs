@@ -1,12 +1,22 @@
 //! Fan-out: every stored event becomes one message on the fresh lane of every matching
-//! endpoint — at least once and idempotently.
+//! endpoint — at least once, idempotently, and in publish order.
 //!
 //! One durable consumer (`herald-fanout`) serves all replicas with a pinned-client
-//! priority group, so exactly one replica fans out at a time, in stream order (which keeps
-//! `ordered` endpoints' lanes in publish order), and another takes over if it stops.
-//! Lane publishes carry `Nats-Msg-Id: <event id>.<endpoint uid>`; the event is acked only
-//! after every lane publish is acknowledged, so a crash in between re-delivers the event
-//! and JetStream's duplicate window drops the repeated lane messages.
+//! priority group, so exactly one replica fans out at a time, in stream order, and
+//! another takes over if it stops. Lane publishes carry `Nats-Msg-Id: <event id>.<endpoint
+//! uid>`; the event is acked only after every lane publish is acknowledged, so a crash in
+//! between re-delivers the event and JetStream's duplicate window drops the repeated
+//! lane messages.
+//!
+//! Contract:
+//! - nothing is fanned out before the configuration is completely loaded (an event is
+//!   never skipped or dead-lettered because its endpoints are not known yet);
+//! - a lane publish that fails is retried in place, before any later event is looked
+//!   at, so a transient failure cannot put a later event ahead of an earlier one;
+//! - a new fan-out worker first re-publishes the events its predecessor had taken but not
+//!   acknowledged (from the consumer's ack floor), before any newer event: JetStream
+//!   would only redeliver those after their ack wait, behind newer events, which would
+//!   reorder `ordered` endpoints after a crash.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,19 +26,23 @@ use async_nats::jetstream::consumer::{self, PriorityPolicy, pull};
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, Message};
+use bytes::Bytes;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    self, DEADLETTER_PREFIX, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER, PUBLISHED_HEADER,
-    REASON_HEADER, SUBJECT_HEADER,
+    self, DEADLETTER_PREFIX, ENDPOINT_UID_HEADER, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER,
+    PUBLISHED_HEADER, REASON_HEADER, SUBJECT_HEADER,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::envelope::{self, BadEvent};
 use crate::index::Index;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReasonLabel};
+use crate::supervise::{Backoff, Readiness};
 
 /// Name of the shared durable consumer.
 pub const CONSUMER: &str = "herald-fanout";
+/// The readiness part fan-out reports.
+pub const PART: &str = "fanout";
 const GROUP: &str = "herald";
 /// Events fanned out but not yet acked (their lane publishes are in flight).
 const PIPELINE: usize = 4096;
@@ -41,15 +55,91 @@ pub struct FanOut {
     pub max_event_bytes: usize,
 }
 
+/// A stored event, from the consumer or read back from the stream.
+struct Stored {
+    seq: u64,
+    published_ms: u64,
+    subject: async_nats::Subject,
+    payload: Bytes,
+}
+
+impl Stored {
+    fn from_message(message: &Message) -> Option<Self> {
+        let info = message.info().ok()?;
+        Some(Self {
+            seq: info.stream_sequence,
+            published_ms: (info.published.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
+            subject: message.subject.clone(),
+            payload: message.payload.clone(),
+        })
+    }
+}
+
 /// An event whose lane publishes are in flight; acked once they all are.
 struct Pending {
-    message: Message,
+    message: Option<Message>,
     acks: Vec<PublishAckFuture>,
 }
 
+/// The publishes could not be sent; try the event again.
+struct Retry;
+
 impl FanOut {
-    /// Runs until `shutdown` resolves.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), async_nats::Error> {
+    /// Runs until `stop` is set. An error is for the supervisor (it restarts).
+    pub async fn run(
+        self,
+        readiness: Arc<Readiness>,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), async_nats::Error> {
+        tokio::select! {
+            _ = self.index.wait_loaded() => {}
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+        let (consumer, mut messages) = self.consume().await?;
+        readiness.set(PART, true);
+        let (tx, rx) = mpsc::channel::<Pending>(PIPELINE);
+        let acker = tokio::spawn(ack_in_order(rx, self.metrics.clone()));
+        let mut caught_up = false;
+        let result = loop {
+            let message = tokio::select! {
+                _ = stop.wait_for(|s| *s) => break Ok(()),
+                next = messages.next() => match next {
+                    Some(Ok(message)) => message,
+                    Some(Err(error)) => {
+                        tracing::debug!(%error, "fan-out pull");
+                        continue;
+                    }
+                    None => break Err("the fan-out consumer ended".into()),
+                },
+            };
+            let Some(stored) = Stored::from_message(&message) else {
+                continue;
+            };
+            if !caught_up {
+                caught_up = true;
+                if let Err(error) = self.catch_up(&consumer, stored.seq, &tx, &mut stop).await {
+                    break Err(error);
+                }
+            }
+            let Some(pending) = self
+                .fan_out_retrying(&stored, Some(message), &mut stop)
+                .await
+            else {
+                break Ok(());
+            };
+            if tx.send(pending).await.is_err() {
+                break Err("the fan-out acker stopped".into());
+            }
+        };
+        drop(tx);
+        let _ = acker.await;
+        result
+    }
+
+    /// The shared durable consumer and its message stream.
+    async fn consume(
+        &self,
+    ) -> Result<(consumer::Consumer<pull::Config>, consumer::pull::Stream), async_nats::Error> {
         let consumer = self
             .events
             .get_or_create_consumer(
@@ -66,7 +156,7 @@ impl FanOut {
                 },
             )
             .await?;
-        let mut messages = consumer
+        let messages = consumer
             .stream()
             .group(GROUP)
             .max_messages_per_batch(1000)
@@ -74,46 +164,88 @@ impl FanOut {
             .heartbeat(Duration::from_secs(2))
             .messages()
             .await?;
-        let (tx, rx) = mpsc::channel::<Pending>(PIPELINE);
-        let acker = tokio::spawn(ack_in_order(rx, self.metrics.clone()));
-        tokio::pin!(shutdown);
-        loop {
-            let message = tokio::select! {
-                _ = &mut shutdown => break,
-                next = messages.next() => match next {
-                    Some(Ok(message)) => message,
-                    Some(Err(error)) => {
-                        tracing::debug!(%error, "fan-out pull");
-                        continue;
-                    }
-                    None => break,
+        Ok((consumer, messages))
+    }
+
+    /// Re-publishes, in order, the events below `first` that were delivered to a
+    /// previous worker and never acknowledged.
+    async fn catch_up(
+        &self,
+        consumer: &consumer::Consumer<pull::Config>,
+        first: u64,
+        tx: &mpsc::Sender<Pending>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), async_nats::Error> {
+        let info = consumer.get_info().await?;
+        let from = info.ack_floor.stream_sequence + 1;
+        if from >= first {
+            return Ok(());
+        }
+        tracing::info!(
+            from,
+            to = first - 1,
+            "re-publishing events a previous fan-out worker left unacknowledged"
+        );
+        for seq in from..first {
+            let stored = match self.events.direct_get(seq).await {
+                Ok(m) => Stored {
+                    seq,
+                    published_ms: (m.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
+                    subject: m.subject,
+                    payload: m.payload,
                 },
+                // Deleted or aged out: nothing to fan out.
+                Err(_) => continue,
             };
-            if let Some(pending) = self.fan_out(message).await
-                && tx.send(pending).await.is_err()
-            {
-                break;
+            let Some(pending) = self.fan_out_retrying(&stored, None, stop).await else {
+                return Ok(());
+            };
+            tx.send(pending)
+                .await
+                .map_err(|_| "the fan-out acker stopped")?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::fan_out`] until its publishes are sent (or `stop`: `None`).
+    async fn fan_out_retrying(
+        &self,
+        stored: &Stored,
+        message: Option<Message>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<Pending> {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        let mut message = message;
+        loop {
+            match self.fan_out(stored).await {
+                Ok(acks) => return Some(Pending { message, acks }),
+                Err(Retry) => {
+                    tracing::warn!(
+                        seq = stored.seq,
+                        "fan-out publish failed; retrying the event before any later one"
+                    );
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff.next_delay(fastrand::f64())) => {}
+                        _ = stop.wait_for(|s| *s) => {
+                            // Not acked: redelivered to the next worker.
+                            message.take();
+                            return None;
+                        }
+                    }
+                }
             }
         }
-        drop(tx);
-        let _ = acker.await;
-        Ok(())
     }
 
     /// Publishes the event's lane messages (without waiting for their acks), or its
     /// dead letter.
-    async fn fan_out(&self, message: Message) -> Option<Pending> {
-        let Ok(info) = message.info() else {
-            return None;
-        };
-        let seq = info.stream_sequence;
-        let published_ms = (info.published.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
-        let published = jiff::Timestamp::from_millisecond(published_ms as i64)
+    async fn fan_out(&self, stored: &Stored) -> Result<Vec<PublishAckFuture>, Retry> {
+        let published = jiff::Timestamp::from_millisecond(stored.published_ms as i64)
             .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-        let event_id = dataplane::event_id(published_ms, seq);
+        let event_id = dataplane::event_id(stored.published_ms, stored.seq);
         let event = envelope::parse(
-            message.subject.as_str(),
-            &message.payload,
+            stored.subject.as_str(),
+            &stored.payload,
             published,
             self.max_event_bytes,
         )
@@ -125,16 +257,17 @@ impl FanOut {
         );
         let (event, endpoints) = match event {
             Ok(ok) => ok,
-            Err(bad) => return self.dead_letter(message, &event_id, bad).await,
+            Err(bad) => return self.dead_letter(stored, &event_id, bad).await,
         };
         self.metrics.events_ingested.inc();
-        let mut acks = Vec::new();
+        let mut acks = Vec::with_capacity(endpoints.len());
         // Parsed only when an endpoint orders by a key from the event.
         let mut parsed: Option<serde_json::Value> = None;
         for endpoint in &endpoints {
             let mut headers = HeaderMap::new();
             headers.insert(EVENT_ID_HEADER, event_id.as_str());
-            headers.insert(PUBLISHED_HEADER, published_ms.to_string().as_str());
+            headers.insert(PUBLISHED_HEADER, stored.published_ms.to_string().as_str());
+            headers.insert(ENDPOINT_UID_HEADER, endpoint.config.uid.as_str());
             if let (true, Some(pointer)) = (endpoint.config.ordered, &endpoint.config.ordering_key)
             {
                 let value = parsed.get_or_insert_with(|| {
@@ -150,26 +283,22 @@ impl FanOut {
             let subject = endpoint.key.lane_subject(endpoint.config.shard, Lane::New);
             match self.js.send_publish(subject, publish).await {
                 Ok(ack) => acks.push(ack),
-                Err(error) => {
-                    // Not acked: JetStream re-delivers the event after ack_wait and the
-                    // lane publishes that did go through are deduplicated.
-                    tracing::warn!(%error, seq, "fan-out publish failed; the event will be retried");
-                    return None;
-                }
+                // The publishes that went through are deduplicated when it is retried.
+                Err(_) => return Err(Retry),
             }
         }
-        Some(Pending { message, acks })
+        Ok(acks)
     }
 
     async fn dead_letter(
         &self,
-        message: Message,
+        stored: &Stored,
         event_id: &str,
         bad: BadEvent,
-    ) -> Option<Pending> {
+    ) -> Result<Vec<PublishAckFuture>, Retry> {
         let reason = bad.reason();
         tracing::warn!(
-            subject = message.subject.as_str(),
+            subject = stored.subject.as_str(),
             event_id,
             reason,
             error = %bad,
@@ -182,9 +311,9 @@ impl FanOut {
         let mut headers = HeaderMap::new();
         headers.insert(REASON_HEADER, bad.to_string().as_str());
         headers.insert(EVENT_ID_HEADER, event_id);
-        headers.insert(SUBJECT_HEADER, message.subject.as_str());
+        headers.insert(SUBJECT_HEADER, stored.subject.as_str());
         let publish = PublishMessage::build()
-            .payload(message.payload.clone())
+            .payload(stored.payload.clone())
             .headers(headers)
             .message_id(format!("dl.{event_id}"));
         match self
@@ -192,14 +321,8 @@ impl FanOut {
             .send_publish(format!("{DEADLETTER_PREFIX}.{reason}"), publish)
             .await
         {
-            Ok(ack) => Some(Pending {
-                message,
-                acks: vec![ack],
-            }),
-            Err(error) => {
-                tracing::warn!(%error, "dead-letter publish failed; the event will be retried");
-                None
-            }
+            Ok(ack) => Ok(vec![ack]),
+            Err(_) => Err(Retry),
         }
     }
 }
@@ -215,12 +338,9 @@ pub fn ordering_key_hash(value: Option<&serde_json::Value>) -> u64 {
     dataplane::fnv1a(text.bytes())
 }
 
-/// Label set of the dead-letter counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct ReasonLabel {
-    pub reason: &'static str,
-}
-
+/// Acks events in order once all their lane publishes are acknowledged. An event whose
+/// publishes were not acknowledged is not acked: it is redelivered and fanned out again
+/// (deduplicated).
 async fn ack_in_order(mut rx: mpsc::Receiver<Pending>, metrics: Arc<Metrics>) {
     while let Some(Pending { message, acks }) = rx.recv().await {
         let mut ok = true;
@@ -230,6 +350,9 @@ async fn ack_in_order(mut rx: mpsc::Receiver<Pending>, metrics: Arc<Metrics>) {
                 ok = false;
             }
         }
+        let Some(message) = message else {
+            continue;
+        };
         if ok {
             metrics.fanned_out.inc();
             if let Err(error) = message.ack().await {

@@ -1,5 +1,6 @@
 //! One delivery attempt over HTTP: the Standard Webhooks request, the SSRF check on the
-//! resolved address at connect time, and the classification of what came back.
+//! resolved address at connect time, and the classification of what came back into a
+//! `crate::attempt::AttemptResult` (what follows from it is decided there, purely).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,30 +12,14 @@ use herald_core::ssrf::{AddressPolicy, Forbidden};
 use herald_core::v1alpha1::Header;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
+use crate::attempt::AttemptResult;
 use crate::retry::parse_retry_after;
+use herald_core::dataplane::AttemptOutcome as Outcome;
 
 /// Bytes of the response body kept in the attempt log.
 pub const SNIPPET_BYTES: usize = 1024;
 /// Bytes of a response body read at most; the rest is not read (the connection closes).
 const MAX_BODY_READ: usize = 64 * 1024;
-
-pub use herald_core::dataplane::AttemptOutcome as Outcome;
-
-/// Classifies an HTTP status.
-pub fn classify_status(status: u16) -> Outcome {
-    Outcome::of_status(status)
-}
-
-/// The result of one attempt.
-#[derive(Debug, Clone)]
-pub struct Response {
-    pub outcome: Outcome,
-    pub status: Option<u16>,
-    pub latency: Duration,
-    /// The first [`SNIPPET_BYTES`] of the body, or the error, for the attempt log.
-    pub snippet: String,
-    pub retry_after: Option<Duration>,
-}
 
 /// A resolver that drops every address the policy refuses, so a host name that resolves
 /// (or is rebound) to an internal address can never be connected to.
@@ -100,14 +85,10 @@ pub async fn send(
     client: &reqwest::Client,
     policy: &AddressPolicy,
     attempt: Attempt<'_>,
-) -> Response {
+) -> AttemptResult {
     let started = Instant::now();
-    let fail = |outcome: Outcome, snippet: String| Response {
-        outcome,
-        status: None,
-        latency: started.elapsed(),
-        snippet,
-        retry_after: None,
+    let fail = |outcome: Outcome, snippet: String| {
+        AttemptResult::failed(outcome, started.elapsed(), snippet)
     };
     let url = match url::Url::parse(attempt.url) {
         Ok(url) => url,
@@ -146,8 +127,8 @@ pub async fn send(
         .and_then(|v| parse_retry_after(v, now));
     let latency = started.elapsed();
     let snippet = read_snippet(response).await;
-    Response {
-        outcome: classify_status(status),
+    AttemptResult {
+        outcome: Outcome::of_status(status),
         status: Some(status),
         latency,
         snippet,

@@ -11,7 +11,9 @@ use herald_core::dataplane::{BucketKey, EndpointConfig, EndpointKey, KeySet, key
 use herald_core::pattern::Pattern;
 use herald_core::signing::SigningKey;
 use herald_core::v1alpha1::DeliveryPolicy;
-use tokio::sync::broadcast;
+
+use crate::supervise::Readiness;
+use tokio::sync::{broadcast, watch};
 
 /// An endpoint as the data plane uses it: the configuration plus what is derived once.
 /// Kept small: every replica holds one per endpoint of the installation.
@@ -26,11 +28,13 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// An endpoint straight from a configuration (tests).
+    #[cfg(test)]
     pub fn compile_for_test(config: EndpointConfig) -> Self {
         compile(&serde_json::to_vec(&config).expect("config serializes")).expect("valid config")
     }
 
     /// A copy (tests change configurations through it).
+    #[cfg(test)]
     pub fn clone_for_test(&self) -> Self {
         Self {
             config: self.config.clone(),
@@ -138,6 +142,7 @@ impl Inner {
 pub struct Index {
     inner: Arc<RwLock<Inner>>,
     changes: broadcast::Sender<Change>,
+    loaded: Arc<watch::Sender<bool>>,
 }
 
 impl Default for Index {
@@ -145,6 +150,7 @@ impl Default for Index {
         Self {
             inner: Arc::default(),
             changes: broadcast::channel(4096).0,
+            loaded: Arc::new(watch::channel(false).0),
         }
     }
 }
@@ -203,61 +209,90 @@ impl Index {
                 tracing::warn!(key, "ignoring a config entry with a malformed key");
                 return;
             }
-            Some(BucketKey::Endpoint(ep_key)) => {
-            let endpoint = match value.map(compile) {
-                None => None,
-                Some(Ok(endpoint)) => Some(Arc::new(endpoint)),
-                Some(Err(error)) => {
-                    tracing::warn!(key, %error, "ignoring an invalid endpoint config");
-                    return;
-                }
-            };
-            let mut guard = self.inner.write().expect("index lock");
-            let inner = &mut *guard;
-            let endpoint = endpoint.map(|e| inner.intern(e));
-            let ns = ep_key.namespace().to_owned();
-            // Out with the old entry first: old and new share the key, so removing the
-            // old one after adding the new one would unindex the new one too.
-            if let Some(old) = inner.endpoints.remove(&ep_key)
-                && let Some(namespace) = inner.namespaces.get_mut(&ns)
-            {
-                namespace.remove(&old);
-                if namespace.count == 0 {
-                    inner.namespaces.remove(&ns);
-                }
-            }
-            if let Some(endpoint) = endpoint {
-                inner
-                    .namespaces
-                    .entry(ns.clone())
-                    .or_default()
-                    .add(&endpoint);
-                inner.endpoints.insert(ep_key.clone(), endpoint);
-            }
-            Change::Endpoint(ep_key)
-            }
-            Some(BucketKey::KeySet(secret)) => {
-            let keys = match value.map(parse_keys) {
-                None => None,
-                Some(Ok(keys)) => Some(keys),
-                Some(Err(error)) => {
-                    // The error names the problem, never the key material.
-                    tracing::warn!(key, %error, "ignoring an invalid key set");
-                    return;
-                }
-            };
-            let mut inner = self.inner.write().expect("index lock");
-            match keys {
-                Some(keys) => inner.keys.insert(key.to_owned(), keys),
-                None => inner.keys.remove(key),
-            };
-            Change::Keys {
-                namespace: secret.namespace().to_owned(),
-                secret: secret.name(),
-            }
+            Some(BucketKey::Endpoint(endpoint)) => self.apply_endpoint(key, endpoint, value),
+            Some(BucketKey::KeySet(secret)) => self.apply_keys(key, secret, value),
+            // Not a configuration entry.
+            Some(BucketKey::Lasting { .. }) => None,
+        };
+        if let Some(change) = change {
+            let _ = self.changes.send(change);
+        }
+    }
+
+    fn apply_endpoint(
+        &self,
+        key: &str,
+        ep_key: EndpointKey,
+        value: Option<&[u8]>,
+    ) -> Option<Change> {
+        let endpoint = match value.map(compile) {
+            None => None,
+            Some(Ok(endpoint)) => Some(Arc::new(endpoint)),
+            Some(Err(error)) => {
+                tracing::warn!(key, %error, "ignoring an invalid endpoint config");
+                return None;
             }
         };
-        let _ = self.changes.send(change);
+        let mut guard = self.inner.write().expect("index lock");
+        let inner = &mut *guard;
+        let endpoint = endpoint.map(|e| inner.intern(e));
+        let ns = ep_key.namespace().to_owned();
+        // Out with the old entry first: old and new share the key, so removing the old
+        // one after adding the new one would unindex the new one too.
+        if let Some(old) = inner.endpoints.remove(&ep_key)
+            && let Some(namespace) = inner.namespaces.get_mut(&ns)
+        {
+            namespace.remove(&old);
+            if namespace.count == 0 {
+                inner.namespaces.remove(&ns);
+            }
+        }
+        if let Some(endpoint) = endpoint {
+            inner
+                .namespaces
+                .entry(ns.clone())
+                .or_default()
+                .add(&endpoint);
+            inner.endpoints.insert(ep_key.clone(), endpoint);
+        }
+        Some(Change::Endpoint(ep_key))
+    }
+
+    fn apply_keys(&self, key: &str, secret: EndpointKey, value: Option<&[u8]>) -> Option<Change> {
+        let keys = match value.map(parse_keys) {
+            None => None,
+            Some(Ok(keys)) => Some(keys),
+            Some(Err(error)) => {
+                // The error names the problem, never the key material.
+                tracing::warn!(key, %error, "ignoring an invalid key set");
+                return None;
+            }
+        };
+        let mut inner = self.inner.write().expect("index lock");
+        match keys {
+            Some(keys) => inner.keys.insert(key.to_owned(), keys),
+            None => inner.keys.remove(key),
+        };
+        Some(Change::Keys {
+            namespace: secret.namespace().to_owned(),
+            secret: secret.name(),
+        })
+    }
+
+    /// Marks the configuration as completely loaded (the bucket's content as of the
+    /// start, not just part of it).
+    pub fn mark_loaded(&self) {
+        self.loaded.send_replace(true);
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        *self.loaded.borrow()
+    }
+
+    /// Waits until the configuration is completely loaded.
+    pub async fn wait_loaded(&self) {
+        let mut loaded = self.loaded.subscribe();
+        let _ = loaded.wait_for(|l| *l).await;
     }
 }
 
@@ -305,58 +340,65 @@ fn parse_keys(value: &[u8]) -> Result<Arc<[SigningKey]>, ConfigError> {
         .collect()
 }
 
-/// Loads the bucket's current content, then follows changes until the watch ends.
-/// Returns once the initial snapshot is applied; the watch goes on in a task.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error("watching the configuration bucket: {0}")]
+    Watch(#[from] async_nats::jetstream::kv::WatchError),
+    #[error("reading the configuration bucket: {0}")]
+    Read(#[source] async_nats::Error),
+    #[error("the configuration watch ended")]
+    Ended,
+}
+
+/// The readiness part [`follow`] reports.
+pub const PART: &str = "config";
+
+/// Follows the configuration bucket into `index` until `stop` is set: applies the
+/// bucket's current content and marks the index loaded only once all of it is applied
+/// (an error before that is returned, never taken for an empty bucket), then applies
+/// every change. Returns an error when the watch fails or ends, for the supervisor to
+/// start it again; the index keeps its last known content meanwhile.
 pub async fn follow(
     index: Index,
     bucket: async_nats::jetstream::kv::Store,
-) -> Result<tokio::task::JoinHandle<()>, async_nats::jetstream::kv::WatchError> {
-    // The snapshot is complete once the watch has delivered the bucket's last revision
-    // as of now (the watch sends the latest entry of every key, the newest last).
+    readiness: Arc<Readiness>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), FollowError> {
+    // Complete once the watch has delivered the bucket's last revision as of now (it
+    // sends the latest entry of every key, in stream order).
     let last = bucket
         .status()
         .await
-        .map(|s| s.info.state.last_sequence)
-        .unwrap_or(0);
+        .map_err(|e| FollowError::Read(e.into()))?
+        .info
+        .state
+        .last_sequence;
     let mut watch = bucket.watch_with_history(">").await?;
-    let observer = index.clone();
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let mut ready_tx = Some(ready_tx);
-    if last == 0
-        && let Some(tx) = ready_tx.take()
-    {
-        let _ = tx.send(());
+    let mut loaded = last == 0;
+    if loaded {
+        index.mark_loaded();
+        readiness.set(PART, true);
     }
-    let handle = tokio::spawn(async move {
-        while let Some(entry) = watch.next().await {
-            match entry {
-                Ok(entry) => {
-                    let value =
-                        matches!(entry.operation, async_nats::jetstream::kv::Operation::Put)
-                            .then_some(&entry.value[..]);
-                    index.apply(&entry.key, value);
-                    if entry.revision >= last
-                        && let Some(tx) = ready_tx.take()
-                    {
-                        let _ = tx.send(());
-                    }
-                }
-                Err(error) => tracing::warn!(%error, "config watch error"),
-            }
+    loop {
+        let entry = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+            entry = watch.next() => entry,
+        };
+        let entry = match entry {
+            Some(Ok(entry)) => entry,
+            Some(Err(error)) => return Err(FollowError::Read(error.into())),
+            None => return Err(FollowError::Ended),
+        };
+        let value = matches!(entry.operation, async_nats::jetstream::kv::Operation::Put)
+            .then_some(&entry.value[..]);
+        index.apply(&entry.key, value);
+        if !loaded && (entry.revision >= last || entry.delta == 0) {
+            loaded = true;
+            index.mark_loaded();
+            readiness.set(PART, true);
+            tracing::info!(endpoints = index.endpoint_count(), "configuration loaded");
         }
-        tracing::warn!("config watch ended");
-    });
-    if tokio::time::timeout(std::time::Duration::from_secs(60), ready_rx)
-        .await
-        .is_err()
-    {
-        tracing::warn!("the configuration snapshot did not complete within 60 s; going on");
     }
-    tracing::info!(
-        endpoints = observer.endpoint_count(),
-        "configuration loaded"
-    );
-    Ok(handle)
 }
 
 #[cfg(test)]

@@ -4,11 +4,20 @@
 //! Every replica heartbeats `member.<id>`. The desired owner of shard `s` is the live
 //! member with the highest rendezvous hash of `(s, member)`, so adding or removing a
 //! replica moves only that replica's share. A lease `shard.<s>` is taken with `create`
-//! (refused while another holds it) and renewed with compare-and-swap; a replica that
-//! cannot renew stops the shard well before the TTL runs out, and nobody can take it
-//! before it runs out, so two replicas never deliver for one endpoint at once.
+//! (refused while another holds it) and renewed with compare-and-swap.
+//!
+//! Contract:
+//! - renewals never wait for anything else: every held lease is renewed each period,
+//!   concurrently and under a timeout, also while its shard drains (a handover, a
+//!   shutdown), so a lease cannot lapse while its attempts still run;
+//! - a lease that could not be renewed for [`GIVE_UP_AFTER`] (well inside the TTL) is
+//!   lost: its shard task is aborted at once, which aborts its in-flight attempts, before
+//!   anyone else can take the lease;
+//! - a shard task that ends on its own (its consumer failed) gives its lease up and is
+//!   started again after a back-off; until then `/readyz` says `shards` is not ready.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::kv;
@@ -17,12 +26,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::shard::{self, Shared};
+use crate::supervise::{Backoff, Readiness};
 
 /// Renewal period of leases and heartbeats.
 const RENEW_EVERY: Duration = Duration::from_secs(2);
 /// A lease not renewed for this long is given up by its holder (TTL minus a margin for
 /// clock and scheduling delays).
 const GIVE_UP_AFTER: Duration = Duration::from_secs(6);
+/// Longest wait for one KV call of the lease loop.
+const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// The readiness part this loop reports.
+pub const PART: &str = "shards";
 
 /// FNV-1a of (shard, member): stable across processes.
 fn rendezvous(shard: u32, member: &str) -> u64 {
@@ -37,105 +51,229 @@ pub fn desired_owner(shard: u32, members: &BTreeSet<String>) -> Option<&str> {
         .map(String::as_str)
 }
 
+fn lease_key(shard: u32) -> String {
+    format!("shard.{shard}")
+}
+
 struct Held {
     revision: u64,
     renewed: Instant,
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    task: JoinHandle<Result<(), shard::ShardError>>,
+    /// Asked to stop (handover or shutdown); the lease is kept until it has.
+    draining: bool,
 }
 
-/// Runs the lease loop until `shutdown`; then stops every owned shard gracefully and
-/// releases its lease so another replica can take over at once.
+/// The leases of one replica.
+struct Leases {
+    shared: Shared,
+    id: String,
+    kv: kv::Store,
+    held: HashMap<u32, Held>,
+    /// Shards whose task failed: not taken again before the instant.
+    failed: HashMap<u32, (Backoff, Instant)>,
+}
+
+impl Leases {
+    /// Renews every held lease concurrently; aborts the shards whose lease is lost.
+    async fn renew(&mut self) {
+        let (kv, id) = (&self.kv, &self.id);
+        let renewals = self.held.iter().map(|(shard, lease)| async move {
+            let update = kv.update(lease_key(*shard), id.clone().into(), lease.revision);
+            (*shard, tokio::time::timeout(CALL_TIMEOUT, update).await)
+        });
+        for (shard, outcome) in futures::future::join_all(renewals).await {
+            let Some(lease) = self.held.get_mut(&shard) else {
+                continue;
+            };
+            match outcome {
+                Ok(Ok(revision)) => {
+                    lease.revision = revision;
+                    lease.renewed = Instant::now();
+                }
+                _ if lease.renewed.elapsed() < GIVE_UP_AFTER => {
+                    tracing::debug!(shard, "lease renewal failed; retrying");
+                }
+                _ => {
+                    tracing::warn!(shard, "lease lost; aborting the shard's attempts");
+                    if let Some(lease) = self.held.remove(&shard) {
+                        lease.task.abort();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases the leases of shards whose task has ended: handed over, or failed (then
+    /// taken again after a back-off).
+    async fn reap(&mut self) {
+        let finished: Vec<u32> = self
+            .held
+            .iter()
+            .filter(|(_, lease)| lease.task.is_finished())
+            .map(|(shard, _)| *shard)
+            .collect();
+        for shard in finished {
+            let Some(lease) = self.held.remove(&shard) else {
+                continue;
+            };
+            let outcome = lease.task.await;
+            match (lease.draining, outcome) {
+                (true, _) => tracing::info!(shard, "shard handed over"),
+                (false, Ok(Err(error))) => self.failed(shard, &error.to_string()),
+                (false, Err(error)) => self.failed(shard, &error.to_string()),
+                (false, Ok(Ok(()))) => self.failed(shard, "it stopped unasked"),
+            }
+            let delete = self
+                .kv
+                .delete_expect_revision(lease_key(shard), Some(lease.revision));
+            if let Ok(Err(error)) = tokio::time::timeout(CALL_TIMEOUT, delete).await {
+                tracing::debug!(%error, shard, "lease release");
+            }
+        }
+    }
+
+    fn failed(&mut self, shard: u32, why: &str) {
+        let (backoff, retry_at) = self.failed.entry(shard).or_insert_with(|| {
+            (
+                Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+                Instant::now(),
+            )
+        });
+        let delay = backoff.next_delay(fastrand::f64());
+        *retry_at = Instant::now() + delay;
+        tracing::error!(shard, error = why, retry_in = ?delay, "shard stopped; its lease is given up");
+    }
+
+    /// Stops shards this replica should no longer own (they drain while their lease is
+    /// kept) and takes the ones it should own.
+    async fn balance(&mut self, members: &BTreeSet<String>, shards: u32) {
+        for shard in 0..shards {
+            let mine = desired_owner(shard, members) == Some(self.id.as_str());
+            match self.held.get_mut(&shard) {
+                Some(lease) if !mine && !lease.draining => {
+                    let _ = lease.stop.send(true);
+                    lease.draining = true;
+                }
+                Some(_) => {}
+                None if mine => self.acquire(shard).await,
+                None => {}
+            }
+        }
+    }
+
+    async fn acquire(&mut self, shard: u32) {
+        if self
+            .failed
+            .get(&shard)
+            .is_some_and(|(_, at)| *at > Instant::now())
+        {
+            return;
+        }
+        let create = self.kv.create(lease_key(shard), self.id.clone().into());
+        let Ok(Ok(revision)) = tokio::time::timeout(CALL_TIMEOUT, create).await else {
+            return;
+        };
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(shard::run(self.shared.clone(), shard, stop_rx));
+        self.held.insert(
+            shard,
+            Held {
+                revision,
+                renewed: Instant::now(),
+                stop,
+                task,
+                draining: false,
+            },
+        );
+        tracing::info!(shard, "shard acquired");
+    }
+
+    fn drain_all(&mut self) {
+        for lease in self.held.values_mut().filter(|l| !l.draining) {
+            let _ = lease.stop.send(true);
+            lease.draining = true;
+        }
+    }
+
+    /// Shards whose task failed recently and are not running.
+    fn failing(&self) -> bool {
+        let now = Instant::now();
+        self.failed
+            .iter()
+            .any(|(shard, (_, at))| *at > now && !self.held.contains_key(shard))
+    }
+}
+
+/// Runs the lease loop until `stop` becomes true; then stops every owned shard
+/// gracefully (renewing its lease meanwhile) and releases its lease so another replica
+/// can take over at once.
 pub async fn run(
     shared: Shared,
     id: String,
     shards: u32,
-    shutdown: impl Future<Output = ()>,
+    readiness: Arc<Readiness>,
+    mut stop: watch::Receiver<bool>,
 ) -> Result<(), async_nats::Error> {
     let kv = shared.layout.shards.clone();
-    let mut held: HashMap<u32, Held> = HashMap::new();
+    let mut leases = Leases {
+        shared: shared.clone(),
+        id: id.clone(),
+        kv: kv.clone(),
+        held: HashMap::new(),
+        failed: HashMap::new(),
+    };
     let mut tick = tokio::time::interval(RENEW_EVERY);
-    tokio::pin!(shutdown);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = &mut shutdown => break,
             _ = tick.tick() => {}
+            _ = stop.changed() => {}
         }
-        if let Err(error) = kv.put(format!("member.{id}"), id.clone().into()).await {
+        leases.renew().await;
+        leases.reap().await;
+        if *stop.borrow() {
+            leases.drain_all();
+            if leases.held.is_empty() {
+                break;
+            }
+            continue;
+        }
+        let heartbeat = kv.put(format!("member.{id}"), id.clone().into());
+        if let Ok(Err(error)) = tokio::time::timeout(CALL_TIMEOUT, heartbeat).await {
             tracing::warn!(%error, "membership heartbeat failed");
         }
         let members = live_members(&kv)
             .await
             .unwrap_or_else(|| [id.clone()].into());
-        for shard in 0..shards {
-            let key = format!("shard.{shard}");
-            let mine = desired_owner(shard, &members) == Some(id.as_str());
-            if let Some(lease) = held.get_mut(&shard) {
-                if !mine {
-                    let lease = held.remove(&shard).expect("held");
-                    release(&kv, &key, lease).await;
-                    tracing::info!(shard, "shard handed over");
-                    continue;
-                }
-                match kv.update(&key, id.clone().into(), lease.revision).await {
-                    Ok(revision) => {
-                        lease.revision = revision;
-                        lease.renewed = Instant::now();
-                    }
-                    Err(error) if lease.renewed.elapsed() >= GIVE_UP_AFTER => {
-                        tracing::warn!(shard, %error, "lease lost; stopping the shard");
-                        let lease = held.remove(&shard).expect("held");
-                        let _ = lease.stop.send(true);
-                        let _ = lease.task.await;
-                    }
-                    Err(error) => tracing::debug!(shard, %error, "lease renewal failed; retrying"),
-                }
-            } else if mine && let Ok(revision) = kv.create(&key, id.clone().into()).await {
-                let (stop, stop_rx) = watch::channel(false);
-                let task = tokio::spawn(shard::run(shared.clone(), shard, stop_rx));
-                held.insert(
-                    shard,
-                    Held {
-                        revision,
-                        renewed: Instant::now(),
-                        stop,
-                        task,
-                    },
-                );
-                tracing::info!(shard, "shard acquired");
-            }
-        }
-        shared.metrics.owned_shards.set(held.len() as i64);
+        leases.balance(&members, shards).await;
+        readiness.set(PART, !leases.failing());
+        shared.metrics.owned_shards.set(leases.held.len() as i64);
         shared
             .metrics
             .endpoints
             .set(shared.index.endpoint_count() as i64);
     }
-    for (shard, lease) in held.drain() {
-        release(&kv, &format!("shard.{shard}"), lease).await;
-    }
-    let _ = kv.delete(format!("member.{id}")).await;
+    let _ = tokio::time::timeout(CALL_TIMEOUT, kv.delete(format!("member.{id}"))).await;
     shared.metrics.owned_shards.set(0);
     Ok(())
 }
 
-async fn release(kv: &kv::Store, key: &str, lease: Held) {
-    let _ = lease.stop.send(true);
-    let _ = lease.task.await;
-    if let Err(error) = kv.delete_expect_revision(key, Some(lease.revision)).await {
-        tracing::debug!(%error, key, "lease release");
-    }
-}
-
 async fn live_members(kv: &kv::Store) -> Option<BTreeSet<String>> {
-    let mut keys = kv.keys().await.ok()?;
-    let mut members = BTreeSet::new();
-    while let Some(Ok(key)) = keys.next().await {
-        if let Some(member) = key.strip_prefix("member.") {
-            members.insert(member.to_owned());
+    let read = async {
+        let mut keys = kv.keys().await.ok()?;
+        let mut members = BTreeSet::new();
+        while let Some(Ok(key)) = keys.next().await {
+            if let Some(member) = key.strip_prefix("member.") {
+                members.insert(member.to_owned());
+            }
         }
-    }
-    (!members.is_empty()).then_some(members)
+        (!members.is_empty()).then_some(members)
+    };
+    tokio::time::timeout(CALL_TIMEOUT, read)
+        .await
+        .ok()
+        .flatten()
 }
 
 #[cfg(test)]

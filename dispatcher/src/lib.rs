@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod attempt;
 pub mod config;
 pub mod endpoint;
 pub mod envelope;
@@ -16,6 +17,7 @@ pub mod retry;
 pub mod server;
 pub mod setup;
 pub mod shard;
+pub mod supervise;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +25,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 pub use config::Config;
+use supervise::{Readiness, supervise};
 
 /// kube and reqwest could each pick a TLS crypto provider; Herald's binaries install ring
 /// once, in `main`. An embedding (a test) calls this before [`run`].
@@ -36,8 +39,6 @@ pub enum RunError {
     Connect(#[source] async_nats::ConnectError),
     #[error(transparent)]
     Layout(#[from] herald_core::dataplane::layout::LayoutError),
-    #[error("following the configuration bucket: {0}")]
-    Config(#[from] async_nats::jetstream::kv::WatchError),
     #[error("building the HTTP client (is a rustls crypto provider installed?): {0}")]
     Http(#[source] reqwest::Error),
     #[error("serving metrics on {addr}: {source}")]
@@ -57,6 +58,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
 /// [`run`] with a given configuration index, so an embedding (a test) can observe what
 /// the dispatcher knows.
+///
+/// `/healthz` answers from the start; `/readyz` only once the configuration is
+/// completely loaded, fan-out runs and no shard is failing. Fan-out, the configuration
+/// watch and the lease loop are supervised: one that ends is restarted, and `/readyz`
+/// says which part is down meanwhile.
 pub async fn run_with_index(
     config: Config,
     index: index::Index,
@@ -75,39 +81,19 @@ pub async fn run_with_index(
         listen,
         json_logs: _,
     } = config;
-    // The URL is not logged or put into errors: it may carry credentials.
-    let nats = async_nats::ConnectOptions::new()
-        .name(format!("herald-dispatcher/{replica_id}"))
-        .retry_on_initial_connect()
-        .connect(nats_args.nats_url.as_str())
-        .await
-        .map_err(RunError::Connect)?;
-    let js = async_nats::jetstream::new(nats.clone());
-    let layout = setup::ensure(&js, retention, usize::from(nats_args.replicas)).await?;
-    let watcher = index::follow(index.clone(), layout.config.clone()).await?;
     let metrics = Arc::new(metrics::Metrics::default());
-    let policy = Arc::new(destinations.policy());
-    let http = http::client(policy.clone()).map_err(RunError::Http)?;
-    let (ready_tx, ready_rx) = watch::channel(false);
-    let server = server::serve(listen, metrics.clone(), ready_rx)
+    let readiness = Readiness::new(&[index::PART, fanout::PART, lease::PART]);
+    let server = server::serve(listen, metrics.clone(), readiness.clone())
         .await
         .map_err(|source| RunError::Listen {
             addr: listen,
             source,
         })?;
+    let (nats, layout) = connect(&nats_args, &replica_id, retention).await?;
+    let policy = Arc::new(destinations.policy());
+    let http = http::client(policy.clone()).map_err(RunError::Http)?;
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let fanout = fanout::FanOut {
-        js: layout.js.clone(),
-        events: layout.events.clone(),
-        index: index.clone(),
-        metrics: metrics.clone(),
-        max_event_bytes,
-    };
-    let fanout = tokio::spawn(fanout.run(stopped(stop_rx.clone())));
+    let (stop_tx, stop) = watch::channel(false);
     let shared = shard::Shared {
         layout,
         index,
@@ -118,35 +104,112 @@ pub async fn run_with_index(
             max_in_flight: max_in_flight_per_shard,
             health_interval,
             grace,
+            retention,
         },
     };
-    let leases = tokio::spawn(lease::run(
-        shared,
-        replica_id.clone(),
+    let parts = Parts {
+        replica_id: replica_id.clone(),
         shards,
-        stopped(stop_rx.clone()),
-    ));
-    let _ = ready_tx.send(true);
+        max_event_bytes,
+    };
+    let mut tasks = start(shared, parts, readiness.clone(), stop);
     tracing::info!(replica = replica_id, shards, "dispatcher running");
 
     shutdown.await;
     tracing::info!("shutting down");
-    let _ = ready_tx.send(false);
+    readiness.set(fanout::PART, false);
     let _ = stop_tx.send(true);
     // Bounded: with NATS gone, nothing here may hang the shutdown.
     let limit = grace + Duration::from_secs(5);
-    match tokio::time::timeout(limit, fanout).await {
-        Ok(Ok(Err(error))) => tracing::warn!(%error, "fan-out ended with an error"),
-        Err(_) => tracing::warn!("fan-out did not stop in time"),
-        _ => {}
+    let drained =
+        tokio::time::timeout(limit, async { while tasks.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!("shards did not stop in time; their work stays in JetStream");
+        tasks.abort_all();
     }
-    match tokio::time::timeout(limit, leases).await {
-        Ok(Ok(Err(error))) => tracing::warn!(%error, "lease loop ended with an error"),
-        Err(_) => tracing::warn!("shards did not stop in time; their work stays in JetStream"),
-        _ => {}
-    }
-    watcher.abort();
     server.abort();
     let _ = nats.flush().await;
     Ok(())
+}
+
+/// Connects to NATS and brings the JetStream layout up to date. The URL is not logged
+/// or put into errors: it may carry credentials.
+async fn connect(
+    nats: &herald_core::flags::NatsArgs,
+    replica_id: &str,
+    retention: Duration,
+) -> Result<(async_nats::Client, setup::Layout), RunError> {
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("herald-dispatcher/{replica_id}"))
+        .retry_on_initial_connect()
+        .connect(nats.nats_url.as_str())
+        .await
+        .map_err(RunError::Connect)?;
+    let js = async_nats::jetstream::new(client.clone());
+    let layout = setup::ensure(&js, retention, usize::from(nats.replicas)).await?;
+    Ok((client, layout))
+}
+
+/// What the supervised parts need besides [`shard::Shared`].
+struct Parts {
+    replica_id: String,
+    shards: u32,
+    max_event_bytes: usize,
+}
+
+/// Starts the configuration watch, fan-out and the lease loop, each supervised.
+fn start(
+    shared: shard::Shared,
+    parts: Parts,
+    readiness: Arc<Readiness>,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinSet<()> {
+    let Parts {
+        replica_id,
+        shards,
+        max_event_bytes,
+    } = parts;
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(supervise(index::PART, readiness.clone(), stop.clone(), {
+        let (shared, readiness, stop) = (shared.clone(), readiness.clone(), stop.clone());
+        move || {
+            let bucket = shared.layout.config.clone();
+            index::follow(
+                shared.index.clone(),
+                bucket,
+                readiness.clone(),
+                stop.clone(),
+            )
+        }
+    }));
+    tasks.spawn(supervise(fanout::PART, readiness.clone(), stop.clone(), {
+        let (shared, readiness, stop) = (shared.clone(), readiness.clone(), stop.clone());
+        move || {
+            let fanout = fanout::FanOut {
+                js: shared.layout.js.clone(),
+                events: shared.layout.events.clone(),
+                index: shared.index.clone(),
+                metrics: shared.metrics.clone(),
+                max_event_bytes,
+            };
+            fanout.run(readiness.clone(), stop.clone())
+        }
+    }));
+    tasks.spawn(supervise(lease::PART, readiness.clone(), stop.clone(), {
+        let (readiness, stop) = (readiness.clone(), stop.clone());
+        move || {
+            let (shared, readiness, stop, id) = (
+                shared.clone(),
+                readiness.clone(),
+                stop.clone(),
+                replica_id.clone(),
+            );
+            async move {
+                // Shards start with the complete configuration, not a partial one.
+                shared.index.wait_loaded().await;
+                lease::run(shared, id, shards, readiness, stop).await
+            }
+        }
+    }));
+    tasks
 }

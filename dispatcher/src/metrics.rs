@@ -8,12 +8,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::fanout::ReasonLabel;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
     pub shard: u32,
     pub outcome: &'static str,
+}
+
+/// Label set of the dead-letter counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -43,7 +47,6 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("herald_dispatcher");
         let m = Self {
             events_ingested: Counter::default(),
             fanned_out: Counter::default(),
@@ -59,63 +62,45 @@ impl Default for Metrics {
             endpoints: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "events_ingested",
-            "Valid events read from the ingest stream",
-            m.events_ingested.clone(),
-        );
-        registry.register(
-            "events_fanned_out",
-            "Events whose lane messages were all acknowledged",
-            m.fanned_out.clone(),
-        );
-        registry.register(
-            "dead_letters",
-            "Events that cannot be delivered at all, by reason",
-            m.dead_letters.clone(),
-        );
-        registry.register(
-            "attempts",
-            "Delivery attempts by shard and outcome",
-            m.attempts.clone(),
-        );
-        registry.register(
-            "dead_deliveries",
-            "Deliveries given up (retry budget spent or final status)",
-            m.dead_deliveries.clone(),
-        );
-        registry.register(
-            "attempt_latency_seconds",
-            "Attempt latency",
-            m.attempt_latency.clone(),
-        );
-        registry.register("in_flight", "Attempts in flight", m.in_flight.clone());
-        registry.register(
-            "oldest_pending_seconds",
-            "Age of the oldest pending delivery",
-            m.oldest_pending_seconds.clone(),
-        );
-        registry.register(
-            "open_circuits",
-            "Endpoints whose circuit breaker is open",
-            m.open_circuits.clone(),
-        );
-        registry.register(
-            "disabled_endpoints",
-            "Endpoints disabled after sustained failure or 410 Gone",
-            m.disabled_endpoints.clone(),
-        );
-        registry.register(
-            "owned_shards",
-            "Shards this replica delivers for",
-            m.owned_shards.clone(),
-        );
-        registry.register(
-            "endpoints",
-            "Endpoint configurations this replica knows",
-            m.endpoints.clone(),
-        );
+        let mut registry = Registry::with_prefix("herald_dispatcher");
+        m.register(&mut registry);
         Self { registry, ..m }
+    }
+}
+
+impl Metrics {
+    fn register(&self, r: &mut Registry) {
+        let help = "Valid events read from the ingest stream";
+        r.register("events_ingested", help, self.events_ingested.clone());
+        let help = "Events whose lane messages were all acknowledged";
+        r.register("events_fanned_out", help, self.fanned_out.clone());
+        let help = "Events that cannot be delivered at all, by reason";
+        r.register("dead_letters", help, self.dead_letters.clone());
+        let help = "Delivery attempts by shard and outcome";
+        r.register("attempts", help, self.attempts.clone());
+        let help = "Deliveries given up (retry budget spent or final status)";
+        r.register("dead_deliveries", help, self.dead_deliveries.clone());
+        let help = "Attempt latency";
+        r.register(
+            "attempt_latency_seconds",
+            help,
+            self.attempt_latency.clone(),
+        );
+        r.register("in_flight", "Attempts in flight", self.in_flight.clone());
+        let help = "Age of the oldest pending delivery";
+        r.register(
+            "oldest_pending_seconds",
+            help,
+            self.oldest_pending_seconds.clone(),
+        );
+        let help = "Endpoints whose circuit breaker is open";
+        r.register("open_circuits", help, self.open_circuits.clone());
+        let help = "Endpoints disabled after sustained failure or 410 Gone";
+        r.register("disabled_endpoints", help, self.disabled_endpoints.clone());
+        let help = "Shards this replica delivers for";
+        r.register("owned_shards", help, self.owned_shards.clone());
+        let help = "Endpoint configurations this replica knows";
+        r.register("endpoints", help, self.endpoints.clone());
     }
 }
 

@@ -20,7 +20,10 @@ pub fn next(
     retry_after: Option<Duration>,
 ) -> Option<Duration> {
     let (delay, deadline) = match &policy.schedule {
-        Some(schedule) => (schedule.get(attempt.saturating_sub(1) as usize)?.get(), None),
+        Some(schedule) => (
+            schedule.get(attempt.saturating_sub(1) as usize)?.get(),
+            None,
+        ),
         None => {
             let default = ExponentialBackoff::default();
             let exp = policy.exponential.as_ref().unwrap_or(&default);
@@ -125,10 +128,7 @@ mod tests {
     #[test]
     fn the_deadline_ends_retries() {
         let policy = exp(5, 3600, 100);
-        assert_eq!(
-            next(&policy, 30, Duration::from_secs(99), 1.0, None),
-            None
-        );
+        assert_eq!(next(&policy, 30, Duration::from_secs(99), 1.0, None), None);
         assert!(next(&policy, 1, Duration::ZERO, 1.0, None).is_some());
     }
 

@@ -172,7 +172,9 @@ pub async fn ensure_stream(
                 if same_stream_config(&wanted, &current) {
                     return Ok(existing);
                 }
-                js.update_stream(wanted).await.map_err(|e| error(e.into()))?;
+                js.update_stream(wanted)
+                    .await
+                    .map_err(|e| error(e.into()))?;
                 return js.get_stream(spec.name).await.map_err(|e| error(e.into()));
             }
             Err(e) => {
@@ -239,7 +241,12 @@ pub async fn ensure_bucket(
                 .get_stream(&stream_name)
                 .await
                 .map_err(|e| error(e.into()))?;
-            let config = stream.info().await.map_err(|e| error(e.into()))?.config.clone();
+            let config = stream
+                .info()
+                .await
+                .map_err(|e| error(e.into()))?
+                .config
+                .clone();
             warn_if_more_replicas(spec.name, config.num_replicas, replicas);
             if config.num_replicas < replicas || config.max_age != spec.max_age {
                 let raised = stream::Config {
@@ -247,7 +254,9 @@ pub async fn ensure_bucket(
                     max_age: spec.max_age,
                     ..config
                 };
-                js.update_stream(raised).await.map_err(|e| error(e.into()))?;
+                js.update_stream(raised)
+                    .await
+                    .map_err(|e| error(e.into()))?;
             }
             return Ok(store);
         }
@@ -296,7 +305,11 @@ mod tests {
         };
         let config = stream_config(&spec, 3, admin);
         assert_eq!(config.num_replicas, 5, "an administrator's replicas stay");
-        assert_eq!(config.max_bytes, 1 << 30, "settings Herald does not own stay");
+        assert_eq!(
+            config.max_bytes,
+            1 << 30,
+            "settings Herald does not own stay"
+        );
         let single = stream::Config {
             num_replicas: 1,
             ..Default::default()

@@ -14,7 +14,7 @@ pub mod records;
 
 pub use records::{
     AttemptOutcome, AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointConfig,
-    EndpointHealth, Hold, KeySet, LastAttempt,
+    EndpointHealth, Hold, KeySet, LastAttempt, LastingState,
 };
 
 /// Ingest stream: the event store and the replay source.
@@ -135,19 +135,29 @@ impl fmt::Debug for EndpointKey {
 }
 
 /// A key of [`CONFIG_BUCKET`] or [`HEALTH_BUCKET`]: `ep.<ns>.<name>` for an endpoint's
-/// configuration or health, `key.<ns>.<secret>` for a signing secret's key set. Parsed
-/// and printed only here, so the operator and the dispatchers cannot disagree.
+/// configuration or health, `key.<ns>.<secret>` for a signing secret's key set,
+/// `state.<shard>.<ns>.<name>` for delivery state that must outlive a dispatcher.
+/// Parsed and printed only here, so the operator and the dispatchers cannot disagree.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum BucketKey {
     /// `ep.<ns>.<name>`.
     Endpoint(EndpointKey),
     /// `key.<ns>.<secret name>` (the secret's key, escaped like an endpoint's).
     KeySet(EndpointKey),
+    /// `state.<shard>.<ns>.<name>`: an endpoint's [`LastingState`], keyed by shard so a
+    /// new owner of a shard reads only its own.
+    Lasting { shard: u32, key: EndpointKey },
 }
 
 impl BucketKey {
     const ENDPOINT: &str = "ep.";
     const KEY_SET: &str = "key.";
+    const LASTING: &str = "state.";
+
+    /// The filter that selects every [`BucketKey::Lasting`] of `shard`.
+    pub fn lasting_filter(shard: u32) -> String {
+        format!("{}{shard}.>", Self::LASTING)
+    }
 
     /// The key set of `SigningSecret` `secret` in `namespace`.
     pub fn key_set(namespace: &str, secret: &str) -> Self {
@@ -157,6 +167,12 @@ impl BucketKey {
     pub fn parse(key: &str) -> Option<Self> {
         if let Some(rest) = key.strip_prefix(Self::ENDPOINT) {
             EndpointKey::parse(rest).map(Self::Endpoint)
+        } else if let Some(rest) = key.strip_prefix(Self::LASTING) {
+            let (shard, rest) = rest.split_once('.')?;
+            Some(Self::Lasting {
+                shard: shard.parse().ok()?,
+                key: EndpointKey::parse(rest)?,
+            })
         } else {
             key.strip_prefix(Self::KEY_SET)
                 .and_then(EndpointKey::parse)
@@ -167,7 +183,7 @@ impl BucketKey {
     /// The namespace both kinds of key belong to.
     pub fn namespace(&self) -> &str {
         match self {
-            Self::Endpoint(k) | Self::KeySet(k) => k.namespace(),
+            Self::Endpoint(k) | Self::KeySet(k) | Self::Lasting { key: k, .. } => k.namespace(),
         }
     }
 }
@@ -177,6 +193,7 @@ impl fmt::Display for BucketKey {
         match self {
             Self::Endpoint(k) => write!(f, "{}{k}", Self::ENDPOINT),
             Self::KeySet(k) => write!(f, "{}{k}", Self::KEY_SET),
+            Self::Lasting { shard, key } => write!(f, "{}{shard}.{key}", Self::LASTING),
         }
     }
 }
@@ -330,13 +347,33 @@ mod tests {
         let ep = BucketKey::Endpoint(EndpointKey::new("shop", "orders.v2"));
         assert_eq!(ep.to_string(), "ep.shop.orders_v2");
         assert_eq!(BucketKey::parse("ep.shop.orders_v2"), Some(ep.clone()));
-        assert_eq!(EndpointKey::new("shop", "orders.v2").config_key(), "ep.shop.orders_v2");
+        assert_eq!(
+            EndpointKey::new("shop", "orders.v2").config_key(),
+            "ep.shop.orders_v2"
+        );
         let keys = BucketKey::key_set("shop", "signing");
         assert_eq!(keys.to_string(), "key.shop.signing");
         assert_eq!(keyset_key("shop", "signing"), "key.shop.signing");
         assert_eq!(BucketKey::parse("key.shop.signing"), Some(keys.clone()));
         assert_eq!(keys.namespace(), "shop");
-        for bad in ["ep.", "ep.shop", "key.", "member.x", "shard.1", "ep.shop.a.b", ""] {
+        let lasting = BucketKey::Lasting {
+            shard: 3,
+            key: EndpointKey::new("shop", "orders"),
+        };
+        assert_eq!(lasting.to_string(), "state.3.shop.orders");
+        assert_eq!(BucketKey::parse("state.3.shop.orders"), Some(lasting));
+        assert_eq!(BucketKey::lasting_filter(3), "state.3.>");
+        for bad in [
+            "ep.",
+            "ep.shop",
+            "key.",
+            "member.x",
+            "shard.1",
+            "ep.shop.a.b",
+            "",
+            "state.x.a.b",
+            "state.1.a",
+        ] {
             assert_eq!(BucketKey::parse(bad), None, "{bad}");
         }
     }

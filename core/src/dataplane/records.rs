@@ -277,6 +277,33 @@ pub struct EndpointHealth {
     pub enable_token: Option<String>,
 }
 
+/// What must outlive a dispatcher about one endpoint, so a restart or a handover does
+/// not re-enable a disabled endpoint, restart its `disableAfter` clock, close its circuit
+/// or forget a receiver's `Retry-After`. Stored under `state.<shard>.<ns>.<name>` in
+/// [`HEALTH_BUCKET`](super::HEALTH_BUCKET) while it differs from the default (a healthy
+/// endpoint has none), written at once when it changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastingState {
+    /// The endpoint this is about (a re-created endpoint starts afresh).
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<DisabledReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_message: Option<String>,
+    /// The enable token in force when it was disabled; a new one re-enables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_token: Option<String>,
+    /// Unix milliseconds since which no attempt succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<CircuitState>,
+    /// Unix milliseconds until which the receiver asked for a pause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_until_ms: Option<u64>,
+}
+
 /// The most recent attempt, as reported in health.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -314,7 +341,10 @@ mod tests {
         assert_eq!(record.state, DeliveryState::Retrying);
         assert_eq!(serde_json::to_value(&record).unwrap(), old);
         for outcome in AttemptOutcome::ALL {
-            assert_eq!(serde_json::to_value(outcome).unwrap(), json!(outcome.as_str()));
+            assert_eq!(
+                serde_json::to_value(outcome).unwrap(),
+                json!(outcome.as_str())
+            );
         }
         for state in [
             DeliveryState::Succeeded,
@@ -324,7 +354,10 @@ mod tests {
             assert_eq!(serde_json::to_value(state).unwrap(), json!(state.as_str()));
         }
         for reason in [DisabledReason::Gone, DisabledReason::SustainedFailure] {
-            assert_eq!(serde_json::to_value(reason).unwrap(), json!(reason.as_str()));
+            assert_eq!(
+                serde_json::to_value(reason).unwrap(),
+                json!(reason.as_str())
+            );
         }
         let health: EndpointHealth =
             serde_json::from_value(json!({"uid": "u", "generation": 1, "shard": 0,
@@ -366,7 +399,10 @@ mod tests {
         obj.metadata.annotations = Some([(ENABLE_ANNOTATION.to_owned(), "7".to_owned())].into());
         let config = EndpointConfig::from_spec(&obj, 5);
         assert_eq!(config.key(), EndpointKey::new("shop", "orders"));
-        assert_eq!((config.uid.as_str(), config.generation, config.shard), ("u1", 3, 5));
+        assert_eq!(
+            (config.uid.as_str(), config.generation, config.shard),
+            ("u1", 3, 5)
+        );
         assert!(config.ordered);
         assert_eq!(config.secret, "s");
         assert_eq!(config.enable_token.as_deref(), Some("7"));

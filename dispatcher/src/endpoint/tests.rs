@@ -6,8 +6,9 @@ use herald_core::v1alpha1::{CircuitState, DeliveryPolicy, EndpointState as State
 use serde_json::json;
 
 use super::*;
-use crate::http::{Outcome, Response};
+use crate::attempt::{AttemptResult, Decision, Fate};
 use crate::index::Endpoint;
+use herald_core::dataplane::{AttemptOutcome as Outcome, DisabledReason};
 
 /// An endpoint built from a JSON delivery policy, with a key so it may deliver.
 fn state(delivery: serde_json::Value, ordered: bool) -> EndpointState {
@@ -47,11 +48,54 @@ fn item(seq: u64, lane: Lane) -> Item {
         first_attempt_ms: None,
         not_before: None,
         ordering_key: None,
+        endpoint_uid: None,
     }
 }
 
-fn response(outcome: Outcome, status: Option<u16>, latency_ms: u64) -> Response {
-    Response {
+fn done() -> Decision {
+    Decision {
+        fate: Fate::Done,
+        disable: None,
+    }
+}
+
+fn retry(delay: Duration) -> Decision {
+    Decision {
+        fate: Fate::Retry {
+            delay,
+            in_place: false,
+        },
+        disable: None,
+    }
+}
+
+fn in_place(delay: Duration) -> Decision {
+    Decision {
+        fate: Fate::Retry {
+            delay,
+            in_place: true,
+        },
+        disable: None,
+    }
+}
+
+/// What the shard does after an attempt: decide from the endpoint's facts, then finish.
+fn after(s: &mut EndpointState, item: Item, result: &AttemptResult, now: Instant, now_ms: u64) {
+    let ep = s.ep.clone().unwrap();
+    let facts = crate::attempt::Facts {
+        policy: &ep.config.delivery,
+        ordered: ep.config.ordered,
+        attempt: item.attempt,
+        first_attempt_ms: item.first_attempt_ms,
+        failing_since_ms: s.failing_since_ms(),
+        max_delay: Duration::from_secs(30 * 86_400),
+    };
+    let decision = crate::attempt::decide(&facts, result, now_ms, 0.5);
+    s.finish(item, result, &decision, now, now_ms);
+}
+
+fn response(outcome: Outcome, status: Option<u16>, latency_ms: u64) -> AttemptResult {
+    AttemptResult {
         outcome,
         status,
         latency: Duration::from_millis(latency_ms),
@@ -60,11 +104,11 @@ fn response(outcome: Outcome, status: Option<u16>, latency_ms: u64) -> Response 
     }
 }
 
-fn ok() -> Response {
+fn ok() -> AttemptResult {
     response(Outcome::Success, Some(200), 5)
 }
 
-fn fail() -> Response {
+fn fail() -> AttemptResult {
     response(Outcome::HttpError, Some(500), 5)
 }
 
@@ -81,59 +125,53 @@ fn concurrency_starts_small_grows_on_success_and_halves_on_failure() {
     let now = Instant::now();
     let mut s = state(json!({"maxInFlight": 10}), false);
     for seq in 1..=40 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
     }
-    assert_eq!(s.limit, INITIAL_LIMIT);
+    assert_eq!(s.limit(), INITIAL_LIMIT);
     let started: Vec<Item> = std::iter::from_fn(|| start(&mut s, now)).collect();
     assert_eq!(started.len(), 4, "the initial limit caps what is in flight");
     for item in started {
-        s.finish(item, &ok(), Disposition::Done, now, 0);
+        s.finish(item, &ok(), &done(), now, 0);
     }
-    assert_eq!(s.limit, 5, "a window of successes adds one");
+    assert_eq!(s.limit(), 5, "a window of successes adds one");
     let item = start(&mut s, now).unwrap();
-    s.finish(
-        item,
-        &fail(),
-        Disposition::Scheduled(Duration::from_secs(1)),
-        now,
-        0,
-    );
-    assert_eq!(s.limit, 2, "a 5xx halves the limit");
+    s.finish(item, &fail(), &retry(Duration::from_secs(1)), now, 0);
+    assert_eq!(s.limit(), 2, "a 5xx halves the limit");
     // Never above maxInFlight.
     for _ in 0..200 {
         let Some(item) = start(&mut s, now) else {
             break;
         };
-        s.finish(item, &ok(), Disposition::Done, now, 0);
+        s.finish(item, &ok(), &done(), now, 0);
         let next = item_clone_seq(&s);
-        s.lane(Lane::New).offer(next, 64);
+        s.lanes.queue(Lane::New).offer(next, 64);
     }
-    assert!(s.limit <= 10);
+    assert!(s.limit() <= 10);
 }
 
 fn item_clone_seq(s: &EndpointState) -> Item {
-    item(s.lanes[0].last_seen() + 1, Lane::New)
+    item(s.lanes.queue_ref(Lane::New).last_seen() + 1, Lane::New)
 }
 
 #[test]
 fn slow_successes_lower_the_limit_before_anything_fails() {
     let now = Instant::now();
     let mut s = state(json!({"maxInFlight": 10, "timeout": "1s"}), false);
-    s.limit = 4;
+    s.limiter_mut().set(4);
     for seq in 1..=4 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
     }
     let started: Vec<Item> = std::iter::from_fn(|| start(&mut s, now)).collect();
     for item in started {
         s.finish(
             item,
             &response(Outcome::Success, Some(200), 900),
-            Disposition::Done,
+            &done(),
             now,
             0,
         );
     }
-    assert_eq!(s.limit, 3);
+    assert_eq!(s.limit(), 3);
     assert_eq!(
         s.health(0).unwrap().state,
         Some(State::Degraded),
@@ -149,33 +187,27 @@ fn the_circuit_opens_after_the_threshold_and_a_probe_closes_it() {
         false,
     );
     for seq in 1..=10 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
     }
     for _ in 0..3 {
         let item = start(&mut s, now).unwrap();
-        s.finish(
-            item,
-            &fail(),
-            Disposition::Scheduled(Duration::from_secs(1)),
-            now,
-            0,
-        );
+        s.finish(item, &fail(), &retry(Duration::from_secs(1)), now, 0);
     }
-    assert_eq!(s.circuit, CircuitState::Open);
+    assert_eq!(s.circuit(), CircuitState::Open);
     assert_eq!(
         s.readiness(now),
         Readiness::Until(now + Duration::from_secs(30))
     );
     let later = now + Duration::from_secs(31);
     let probe = start(&mut s, later).expect("one probe after the interval");
-    assert_eq!(s.circuit, CircuitState::HalfOpen);
+    assert_eq!(s.circuit(), CircuitState::HalfOpen);
     assert_eq!(
         s.readiness(later),
         Readiness::Idle,
         "only one probe at a time"
     );
-    s.finish(probe, &ok(), Disposition::Done, later, 0);
-    assert_eq!(s.circuit, CircuitState::Closed);
+    s.finish(probe, &ok(), &done(), later, 0);
+    assert_eq!(s.circuit(), CircuitState::Closed);
     assert!(matches!(s.readiness(later), Readiness::Ready(_)));
 }
 
@@ -187,26 +219,14 @@ fn a_failed_probe_reopens_the_circuit() {
         false,
     );
     for seq in 1..=3 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
     }
     let first = start(&mut s, now).unwrap();
-    s.finish(
-        first,
-        &fail(),
-        Disposition::Scheduled(Duration::from_secs(1)),
-        now,
-        0,
-    );
+    s.finish(first, &fail(), &retry(Duration::from_secs(1)), now, 0);
     let t = now + Duration::from_secs(11);
     let probe = start(&mut s, t).unwrap();
-    s.finish(
-        probe,
-        &fail(),
-        Disposition::Scheduled(Duration::from_secs(1)),
-        t,
-        0,
-    );
-    assert_eq!(s.circuit, CircuitState::Open);
+    s.finish(probe, &fail(), &retry(Duration::from_secs(1)), t, 0);
+    assert_eq!(s.circuit(), CircuitState::Open);
     assert_eq!(
         s.readiness(t),
         Readiness::Until(t + Duration::from_secs(10))
@@ -218,18 +238,12 @@ fn retry_after_holds_the_endpoint() {
     let now = Instant::now();
     let mut s = state(json!({}), false);
     for seq in 1..=2 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
     }
     let item = start(&mut s, now).unwrap();
     let mut busy = response(Outcome::RateLimited, Some(429), 5);
     busy.retry_after = Some(Duration::from_secs(20));
-    s.finish(
-        item,
-        &busy,
-        Disposition::Scheduled(Duration::from_secs(20)),
-        now,
-        0,
-    );
+    s.finish(item, &busy, &retry(Duration::from_secs(20)), now, 0);
     assert_eq!(
         s.readiness(now),
         Readiness::Until(now + Duration::from_secs(20))
@@ -240,10 +254,12 @@ fn retry_after_holds_the_endpoint() {
 fn lanes_alternate_so_retries_share_capacity_with_fresh_events() {
     let now = Instant::now();
     let mut s = state(json!({"maxInFlight": 100}), false);
-    s.limit = 100;
+    s.limiter_mut().set(100);
     for seq in 1..=4 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
-        s.lane(Lane::Retry).offer(item(100 + seq, Lane::Retry), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes
+            .queue(Lane::Retry)
+            .offer(item(100 + seq, Lane::Retry), 64);
     }
     let lanes: Vec<Lane> = std::iter::from_fn(|| start(&mut s, now))
         .map(|i| i.lane)
@@ -253,47 +269,29 @@ fn lanes_alternate_so_retries_share_capacity_with_fresh_events() {
 }
 
 #[test]
-fn a_full_buffer_leaves_the_backlog_in_jetstream_and_refills_in_order() {
-    let mut lane = LaneQueue::default();
-    for seq in 1..=10 {
-        lane.offer(item(seq, Lane::New), 4);
-    }
-    assert_eq!(lane.pending(), 10);
-    assert_eq!(lane.low_water(), 1);
-    // Nothing to refill while the buffer is more than half full.
-    assert_eq!(lane.refill_from(4), None);
-    for _ in 0..3 {
-        lane.buf.pop_front();
-    }
-    assert_eq!(lane.refill_from(4), Some(5));
-    assert_eq!(lane.refill_from(4), None, "one refill at a time");
-    lane.refilled((5..=7).map(|s| item(s, Lane::New)).collect(), Some(8));
-    let seqs: Vec<u64> = lane.buf.iter().map(|i| i.seq).collect();
-    assert_eq!(seqs, [4, 5, 6, 7]);
-    assert_eq!(lane.pending(), 7);
-    assert_eq!(lane.low_water(), 4);
-}
-
-#[test]
 fn the_low_water_mark_waits_for_the_oldest_in_flight_item() {
     let now = Instant::now();
     let mut s = state(json!({}), false);
     for seq in 1..=3 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
     }
     let a = start(&mut s, now).unwrap();
     let b = start(&mut s, now).unwrap();
     let c = start(&mut s, now).unwrap();
-    s.finish(b, &ok(), Disposition::Done, now, 0);
-    s.finish(c, &ok(), Disposition::Done, now, 0);
+    s.finish(b, &ok(), &done(), now, 0);
+    s.finish(c, &ok(), &done(), now, 0);
     assert_eq!(
-        s.lane(Lane::New).purge_point(),
+        s.lanes.queue(Lane::New).purge_point(),
         Some(1),
         "nothing below 1 is done yet"
     );
-    s.finish(a, &ok(), Disposition::Done, now, 0);
-    assert_eq!(s.lane(Lane::New).purge_point(), Some(4));
-    assert_eq!(s.lane(Lane::New).purge_point(), None, "already purged");
+    s.finish(a, &ok(), &done(), now, 0);
+    assert_eq!(s.lanes.queue(Lane::New).purge_point(), Some(4));
+    assert_eq!(
+        s.lanes.queue(Lane::New).purge_point(),
+        None,
+        "already purged"
+    );
 }
 
 #[test]
@@ -301,17 +299,11 @@ fn ordered_endpoints_keep_one_in_flight_and_retry_the_head_in_place() {
     let now = Instant::now();
     let mut s = state(json!({"maxInFlight": 10}), true);
     for seq in 1..=3 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
     }
     let head = start(&mut s, now).unwrap();
     assert_eq!(s.readiness(now), Readiness::Idle, "one in flight");
-    s.finish(
-        head,
-        &fail(),
-        Disposition::Requeue(Duration::from_secs(5)),
-        now,
-        0,
-    );
+    s.finish(head, &fail(), &in_place(Duration::from_secs(5)), now, 0);
     assert_eq!(
         s.readiness(now),
         Readiness::Until(now + Duration::from_secs(5))
@@ -329,25 +321,13 @@ fn gone_and_sustained_failure_disable_and_a_new_token_re_enables() {
     let now = Instant::now();
     let mut s = state(json!({"disableAfter": "1h"}), false);
     for seq in 1..=3 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
     }
     let a = start(&mut s, now).unwrap();
-    s.finish(
-        a,
-        &fail(),
-        Disposition::Scheduled(Duration::from_secs(1)),
-        now,
-        0,
-    );
+    after(&mut s, a, &fail(), now, 0);
     assert!(s.disabled.is_none());
     let b = start(&mut s, now).unwrap();
-    s.finish(
-        b,
-        &fail(),
-        Disposition::Scheduled(Duration::from_secs(1)),
-        now,
-        3_600_000,
-    );
+    after(&mut s, b, &fail(), now, 3_600_000);
     assert_eq!(
         s.disabled.as_ref().unwrap().reason,
         DisabledReason::SustainedFailure
@@ -364,15 +344,9 @@ fn gone_and_sustained_failure_disable_and_a_new_token_re_enables() {
     assert!(matches!(s.readiness(now), Readiness::Ready(_)));
 
     let mut gone = state(json!({}), false);
-    gone.lane(Lane::New).offer(item(1, Lane::New), 64);
+    gone.lanes.queue(Lane::New).offer(item(1, Lane::New), 64);
     let a = start(&mut gone, now).unwrap();
-    gone.finish(
-        a,
-        &response(Outcome::Gone, Some(410), 5),
-        Disposition::Scheduled(Duration::from_secs(1)),
-        now,
-        0,
-    );
+    after(&mut gone, a, &response(Outcome::Gone, Some(410), 5), now, 0);
     assert_eq!(gone.disabled.as_ref().unwrap().reason, DisabledReason::Gone);
 }
 
@@ -383,9 +357,9 @@ fn a_rate_limit_spaces_attempts() {
         json!({"maxInFlight": 100, "rateLimit": {"perSecond": 2, "burst": 2}}),
         false,
     );
-    s.limit = 100;
+    s.limiter_mut().set(100);
     for seq in 1..=5 {
-        s.lane(Lane::New).offer(item(seq, Lane::New), 64);
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
     }
     assert!(start(&mut s, now).is_some());
     assert!(start(&mut s, now).is_some());
@@ -410,12 +384,12 @@ fn an_idle_endpoint_is_small() {
 fn ordering_keys_run_in_parallel_and_stay_in_order_each() {
     let now = Instant::now();
     let mut s = state(json!({"maxInFlight": 10}), true);
-    s.limit = 10;
+    s.limiter_mut().set(10);
     // Keys: a b a c b
     for (seq, key) in [(1, 1), (2, 2), (3, 1), (4, 3), (5, 2)] {
         let mut it = item(seq, Lane::New);
         it.ordering_key = Some(key);
-        s.lane(Lane::New).offer(it, 64);
+        s.lanes.queue(Lane::New).offer(it, 64);
     }
     let first: Vec<u64> = std::iter::from_fn(|| start(&mut s, now))
         .map(|i| i.seq)
@@ -424,22 +398,112 @@ fn ordering_keys_run_in_parallel_and_stay_in_order_each() {
     // Key 1's head fails and is retried in place; key 1's next event waits for it.
     let mut head = item(1, Lane::New);
     head.ordering_key = Some(1);
-    s.finish(
-        head,
-        &fail(),
-        Disposition::Requeue(Duration::from_secs(5)),
-        now,
-        0,
-    );
+    s.finish(head, &fail(), &in_place(Duration::from_secs(5)), now, 0);
     assert_eq!(
         s.readiness(now),
         Readiness::Until(now + Duration::from_secs(5))
     );
     let mut b = item(2, Lane::New);
     b.ordering_key = Some(2);
-    s.finish(b, &ok(), Disposition::Done, now, 0);
+    s.finish(b, &ok(), &done(), now, 0);
     let next = start(&mut s, now).unwrap();
     assert_eq!(next.seq, 5, "key 2 goes on while key 1 waits");
     let retried = start(&mut s, now + Duration::from_secs(5)).unwrap();
     assert_eq!((retried.seq, retried.attempt), (1, 2));
+}
+
+#[test]
+fn lasting_state_survives_a_restart() {
+    let now = Instant::now();
+    let mut s = state(json!({"circuitBreaker": {"failureThreshold": 1}}), false);
+    assert_eq!(s.lasting(now, 0), None, "a healthy endpoint saves nothing");
+    for seq in 1..=2 {
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
+    }
+    let a = start(&mut s, now).unwrap();
+    let mut busy = response(Outcome::RateLimited, Some(429), 5);
+    busy.retry_after = Some(Duration::from_secs(3));
+    after(&mut s, a, &busy, now, 1_000);
+    let saved = s
+        .lasting(now, 1_000)
+        .expect("failing, open, paused by the receiver");
+    assert_eq!(saved.failing_since_ms, Some(1_000));
+    assert_eq!(saved.circuit, Some(CircuitState::Open));
+    assert_eq!(saved.retry_after_until_ms, Some(4_000));
+
+    // A new owner: fresh state, restored.
+    let mut fresh = state(json!({"circuitBreaker": {"failureThreshold": 1}}), false);
+    fresh.lanes.queue(Lane::New).offer(item(2, Lane::New), 64);
+    fresh.restore(&saved, now, 2_000);
+    assert_eq!(
+        fresh.failing_since_ms(),
+        Some(1_000),
+        "the disableAfter clock goes on"
+    );
+    assert_eq!(
+        fresh.readiness(now),
+        Readiness::Until(now + Duration::from_secs(2)),
+        "the receiver's Retry-After still holds"
+    );
+    let disabled = herald_core::dataplane::LastingState {
+        uid: "u".into(),
+        disabled_reason: Some(DisabledReason::Gone),
+        disabled_message: Some("the receiver answered 410 Gone".into()),
+        ..Default::default()
+    };
+    let mut again = state(json!({}), false);
+    again.restore(&disabled, now, 0);
+    assert_eq!(
+        again.health(0).unwrap().state,
+        Some(State::Disabled),
+        "stays disabled"
+    );
+    let other = herald_core::dataplane::LastingState {
+        uid: "another".into(),
+        ..disabled
+    };
+    let mut recreated = state(json!({}), false);
+    recreated.restore(&other, now, 0);
+    assert!(
+        recreated.disabled.is_none(),
+        "a re-created endpoint starts afresh"
+    );
+}
+
+#[test]
+fn held_endpoints_deliver_nothing_and_keep_their_work() {
+    let now = Instant::now();
+    let mut s = state(json!({}), false);
+    s.lanes.queue(Lane::New).offer(item(1, Lane::New), 64);
+    let mut ep = (**s.ep.as_ref().unwrap()).clone_for_test();
+    ep.config.held = Some(herald_core::dataplane::Hold {
+        reason: "SecretNotReady".into(),
+        message: "typo".into(),
+    });
+    s.configure(Some(Arc::new(ep)));
+    assert_eq!(s.readiness(now), Readiness::Idle);
+    assert_eq!(s.pending(), 1, "the backlog is kept");
+    let mut ep = (**s.ep.as_ref().unwrap()).clone_for_test();
+    ep.config.held = None;
+    s.configure(Some(Arc::new(ep)));
+    assert!(matches!(s.readiness(now), Readiness::Ready(_)));
+}
+
+#[test]
+fn a_deleted_endpoints_leftovers_are_not_delivered_to_its_successor() {
+    let now = Instant::now();
+    let mut s = state(json!({}), false);
+    let mut stale = item(1, Lane::New);
+    stale.endpoint_uid = Some("old-uid".into());
+    let mut fresh = item(2, Lane::New);
+    fresh.endpoint_uid = Some("u".into());
+    s.lanes.queue(Lane::New).offer(stale, 64);
+    s.lanes.queue(Lane::New).offer(fresh, 64);
+    let started = start(&mut s, now).unwrap();
+    assert_eq!(started.seq, 2, "the old endpoint's message is skipped");
+    assert_eq!(
+        s.lanes.queue(Lane::New).low_water(),
+        2,
+        "and counts as done"
+    );
 }

@@ -1,0 +1,393 @@
+//! An endpoint's two lanes (fresh events, due retries) as small in-memory windows onto
+//! their JetStream subjects, and the choice of what to start next: lanes alternate so
+//! retries and replays share capacity with fresh events; ordered endpoints start the
+//! oldest item whose ordering key has nothing in flight.
+//!
+//! Contract: a lane never forgets a sequence it has seen and not finished — the
+//! low-water mark (lowest sequence not done) is what the shard purges below, so a
+//! sequence that is neither buffered, in flight nor remembered as unbuffered backlog
+//! would be deleted undelivered.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use herald_core::dataplane::Lane;
+
+/// One delivery waiting or in flight.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Sequence in the deliveries stream.
+    pub seq: u64,
+    pub lane: Lane,
+    pub event_id: Arc<str>,
+    pub body: Bytes,
+    pub published_ms: u64,
+    /// The number of the attempt this item makes next (1 for a fresh event).
+    pub attempt: u32,
+    /// Unix milliseconds of the first attempt, for the retry deadline.
+    pub first_attempt_ms: Option<u64>,
+    /// In-place retry time (ordered endpoints keep a failed head here).
+    pub not_before: Option<Instant>,
+    /// Hash of the event's ordering key (`spec.orderingKey`), for ordered endpoints.
+    pub ordering_key: Option<u64>,
+    /// The uid of the endpoint the message was written for, when the message says.
+    pub endpoint_uid: Option<Arc<str>>,
+}
+
+/// One lane of an endpoint: a small in-memory window onto its JetStream subject.
+#[derive(Debug, Default)]
+pub struct LaneQueue {
+    buf: VecDeque<Item>,
+    /// First sequence not buffered (the rest of the backlog waits in JetStream).
+    overflow_from: Option<u64>,
+    unbuffered: u64,
+    last_seen: u64,
+    in_flight: BTreeSet<u64>,
+    fetching: bool,
+    purged_below: u64,
+}
+
+/// A refill to run: read the lane's subject from `from` up to `until`, at most `room`
+/// items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefillRange {
+    pub from: u64,
+    pub until: u64,
+    pub room: usize,
+}
+
+impl LaneQueue {
+    /// Takes a message from the shard's consumer. Returns whether it was buffered; if not,
+    /// it stays in JetStream and is fetched again when there is room.
+    pub fn offer(&mut self, item: Item, cap: usize) -> bool {
+        if item.seq <= self.last_seen {
+            return false;
+        }
+        self.last_seen = item.seq;
+        if self.overflow_from.is_some() || self.buf.len() >= cap {
+            self.overflow_from.get_or_insert(item.seq);
+            self.unbuffered += 1;
+            return false;
+        }
+        self.buf.push_back(item);
+        true
+    }
+
+    /// What to read back from JetStream, if it is time to (the buffer is at most half
+    /// full and no refill is running).
+    pub fn refill(&mut self, cap: usize) -> Option<RefillRange> {
+        let from = self.overflow_from?;
+        if self.fetching || self.buf.len() > cap / 2 {
+            return None;
+        }
+        self.fetching = true;
+        let room = cap
+            .saturating_sub(self.pending().min(cap as u64) as usize)
+            .max(1);
+        Some(RefillRange {
+            from,
+            until: self.last_seen,
+            room,
+        })
+    }
+
+    /// Adds what a refill of `range` read; `next` is where it stopped, `None` when it
+    /// read everything up to `range.until`. Messages that arrived while it ran (beyond
+    /// `range.until`) stay remembered as backlog.
+    pub fn refilled(&mut self, range: RefillRange, items: Vec<Item>, next: Option<u64>) {
+        self.fetching = false;
+        let Some(from) = self.overflow_from else {
+            return;
+        };
+        for item in items.into_iter().filter(|i| i.seq >= from) {
+            self.unbuffered = self.unbuffered.saturating_sub(1);
+            self.buf.push_back(item);
+        }
+        let resume = next.unwrap_or(range.until + 1);
+        self.overflow_from = (resume <= self.last_seen).then_some(resume);
+        if self.overflow_from.is_none() {
+            self.unbuffered = 0;
+        }
+    }
+
+    /// A refill failed: try again later from the same place.
+    pub fn refill_failed(&mut self) {
+        self.fetching = false;
+    }
+
+    /// The newest sequence seen on this lane.
+    pub fn last_seen(&self) -> u64 {
+        self.last_seen
+    }
+
+    /// The lowest sequence not yet done: everything below may be purged.
+    pub fn low_water(&self) -> u64 {
+        let mut low = self.last_seen + 1;
+        if let Some(item) = self.buf.iter().map(|i| i.seq).min() {
+            low = low.min(item);
+        }
+        if let Some(&seq) = self.in_flight.first() {
+            low = low.min(seq);
+        }
+        if let Some(from) = self.overflow_from {
+            low = low.min(from);
+        }
+        low
+    }
+
+    /// `Some(seq)` when the lane should be purged below `seq` (and records it as done).
+    pub fn purge_point(&mut self) -> Option<u64> {
+        let low = self.low_water();
+        (low > self.purged_below && self.last_seen > 0).then(|| {
+            self.purged_below = low;
+            low
+        })
+    }
+
+    /// Deliveries waiting or in flight on this lane.
+    pub fn pending(&self) -> u64 {
+        self.buf.len() as u64 + self.in_flight.len() as u64 + self.unbuffered
+    }
+
+    fn oldest_published_ms(&self) -> Option<u64> {
+        self.buf.iter().map(|i| i.published_ms).min()
+    }
+
+    fn release_idle_memory(&mut self) {
+        if self.buf.is_empty() && self.buf.capacity() > 0 {
+            self.buf = VecDeque::new();
+        }
+    }
+}
+
+fn index(lane: Lane) -> usize {
+    match lane {
+        Lane::New => 0,
+        Lane::Retry => 1,
+    }
+}
+
+/// Both lanes of an endpoint and what is in flight.
+#[derive(Debug, Default)]
+pub struct Lanes {
+    queues: [LaneQueue; 2],
+    next: u8,
+    /// Ordering keys with an attempt in flight (ordered endpoints; unkeyed items share 0).
+    keys_in_flight: Vec<u64>,
+}
+
+impl Lanes {
+    pub fn queue(&mut self, lane: Lane) -> &mut LaneQueue {
+        &mut self.queues[index(lane)]
+    }
+
+    pub fn queue_ref(&self, lane: Lane) -> &LaneQueue {
+        &self.queues[index(lane)]
+    }
+
+    /// The lane to start from now, or when to look again (`Err(None)`: nothing to do).
+    pub fn next_ready(&self, ordered: bool, now: Instant) -> Result<Lane, Option<Instant>> {
+        if ordered {
+            return match self.next_ordered(now) {
+                Ok(_) => Ok(Lane::New),
+                // Retries scheduled before the endpoint became ordered still go out.
+                _ if !self.queues[1].buf.is_empty() => Ok(Lane::Retry),
+                Err(wait) => Err(wait),
+            };
+        }
+        let mut wait: Option<Instant> = None;
+        for i in 0..2 {
+            let at = (usize::from(self.next) + i) % 2;
+            if let Some(front) = self.queues[at].buf.front() {
+                match front.not_before {
+                    Some(t) if t > now => wait = Some(wait.map_or(t, |w| w.min(t))),
+                    _ => return Ok(if at == 0 { Lane::New } else { Lane::Retry }),
+                }
+            }
+        }
+        Err(wait)
+    }
+
+    /// For ordered endpoints: the buffer position of the oldest item whose ordering key
+    /// has nothing in flight and no older item waiting, or when to look again.
+    /// Everything of an ordered endpoint travels on its fresh lane (retries stay in place).
+    fn next_ordered(&self, now: Instant) -> Result<usize, Option<Instant>> {
+        let mut blocked: Vec<u64> = self.keys_in_flight.clone();
+        let mut wait: Option<Instant> = None;
+        for (i, item) in self.queues[0].buf.iter().enumerate() {
+            let key = item.ordering_key.unwrap_or(0);
+            if blocked.contains(&key) {
+                continue;
+            }
+            match item.not_before {
+                Some(at) if at > now => {
+                    wait = Some(wait.map_or(at, |w| w.min(at)));
+                    blocked.push(key);
+                }
+                _ => return Ok(i),
+            }
+        }
+        Err(wait)
+    }
+
+    /// Takes the next item of `lane` for an attempt and marks it in flight.
+    pub fn take(&mut self, lane: Lane, ordered: bool, now: Instant) -> Option<Item> {
+        let at = index(lane);
+        let item = if ordered && lane == Lane::New {
+            let position = self.next_ordered(now).ok()?;
+            let item = self.queues[at].buf.remove(position)?;
+            self.keys_in_flight.push(item.ordering_key.unwrap_or(0));
+            item
+        } else {
+            self.queues[at].buf.pop_front()?
+        };
+        self.queues[at].in_flight.insert(item.seq);
+        self.next = ((at + 1) % 2) as u8;
+        Some(item)
+    }
+
+    /// An attempt of `item` ended.
+    pub fn finished(&mut self, item: &Item) {
+        self.queues[index(item.lane)].in_flight.remove(&item.seq);
+        let key = item.ordering_key.unwrap_or(0);
+        if let Some(at) = self.keys_in_flight.iter().position(|k| *k == key) {
+            self.keys_in_flight.swap_remove(at);
+        }
+    }
+
+    /// Puts an item back at the head of its lane (an in-place retry).
+    pub fn requeue(&mut self, item: Item) {
+        self.queues[index(item.lane)].buf.push_front(item);
+    }
+
+    /// Deliveries waiting or in flight on both lanes.
+    pub fn pending(&self) -> u64 {
+        self.queues.iter().map(LaneQueue::pending).sum()
+    }
+
+    pub fn in_flight(&self) -> u64 {
+        self.queues.iter().map(|q| q.in_flight.len() as u64).sum()
+    }
+
+    pub fn oldest_published_ms(&self) -> Option<u64> {
+        self.queues
+            .iter()
+            .filter_map(LaneQueue::oldest_published_ms)
+            .min()
+    }
+
+    pub fn release_idle_memory(&mut self) {
+        for queue in &mut self.queues {
+            queue.release_idle_memory();
+        }
+        if self.keys_in_flight.is_empty() && self.keys_in_flight.capacity() > 0 {
+            self.keys_in_flight = Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(seq: u64) -> Item {
+        Item {
+            seq,
+            lane: Lane::New,
+            event_id: format!("msg_{seq}").into(),
+            body: Bytes::from_static(b"{}"),
+            published_ms: seq,
+            attempt: 1,
+            first_attempt_ms: None,
+            not_before: None,
+            ordering_key: None,
+            endpoint_uid: None,
+        }
+    }
+
+    /// Regression: a refill whose range came back empty forgot the messages that
+    /// arrived while it ran, and the low-water mark then purged them undelivered.
+    #[test]
+    fn messages_arriving_during_a_refill_are_not_forgotten() {
+        let mut q = LaneQueue::default();
+        for seq in 1..=4 {
+            q.offer(item(seq), 2);
+        }
+        // Delivered 1 and 2 (buffer empty), 3..=4 wait in JetStream.
+        q.buf.clear();
+        let range = q.refill(2).expect("a refill is due");
+        assert_eq!((range.from, range.until), (3, 4));
+        // 5 and 6 arrive while the refill runs.
+        q.offer(item(5), 2);
+        q.offer(item(6), 2);
+        // The refill read 3 and 4 and found nothing more up to 4.
+        q.refilled(range, vec![item(3), item(4)], None);
+        assert_eq!(q.low_water(), 3);
+        q.buf.clear();
+        assert_eq!(q.low_water(), 5, "5 and 6 are still owed");
+        let range = q.refill(2).expect("the rest is read back");
+        assert_eq!((range.from, range.until), (5, 6));
+        // Even a refill that reads nothing (the messages were purged elsewhere) ends
+        // the overflow only up to what it covered.
+        q.refilled(range, vec![], None);
+        assert_eq!(q.low_water(), 7);
+        assert_eq!(q.pending(), 0);
+    }
+
+    #[test]
+    fn a_full_buffer_leaves_the_backlog_in_jetstream_and_refills_in_order() {
+        let mut lane = LaneQueue::default();
+        for seq in 1..=10 {
+            lane.offer(item(seq), 4);
+        }
+        assert_eq!(lane.pending(), 10);
+        assert_eq!(lane.low_water(), 1);
+        // Nothing to refill while the buffer is more than half full.
+        assert_eq!(lane.refill(4), None);
+        for _ in 0..3 {
+            lane.buf.pop_front();
+        }
+        let range = lane.refill(4).expect("due");
+        assert_eq!((range.from, range.until), (5, 10));
+        assert_eq!(lane.refill(4), None, "one refill at a time");
+        lane.refilled(range, (5..=7).map(item).collect(), Some(8));
+        let seqs: Vec<u64> = lane.buf.iter().map(|i| i.seq).collect();
+        assert_eq!(seqs, [4, 5, 6, 7]);
+        assert_eq!(lane.pending(), 7);
+        assert_eq!(lane.low_water(), 4);
+    }
+
+    #[test]
+    fn lanes_alternate_and_ordered_keys_wait_for_their_head() {
+        let now = Instant::now();
+        let mut lanes = Lanes::default();
+        lanes.queue(Lane::New).offer(item(1), 8);
+        let mut retry = item(2);
+        retry.lane = Lane::Retry;
+        lanes.queue(Lane::Retry).offer(retry, 8);
+        let first = lanes.next_ready(false, now).unwrap();
+        lanes.take(first, false, now).unwrap();
+        let second = lanes.next_ready(false, now).unwrap();
+        assert_ne!(first, second, "the other lane goes next");
+
+        let mut lanes = Lanes::default();
+        for (seq, key) in [(1, 7), (2, 7), (3, 9)] {
+            let mut i = item(seq);
+            i.ordering_key = Some(key);
+            lanes.queue(Lane::New).offer(i, 8);
+        }
+        assert_eq!(lanes.take(Lane::New, true, now).unwrap().seq, 1);
+        assert_eq!(
+            lanes.take(Lane::New, true, now).unwrap().seq,
+            3,
+            "key 9 passes key 7"
+        );
+        assert!(
+            lanes.take(Lane::New, true, now).is_none(),
+            "key 7 has one in flight"
+        );
+        assert_eq!(lanes.in_flight(), 2);
+    }
+}

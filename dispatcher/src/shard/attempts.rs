@@ -1,0 +1,287 @@
+//! Running attempts: the fair round-robin that starts them, the attempt task (HTTP, then
+//! the pure decision of `crate::attempt`, then publishing a retry's schedule), and
+//! applying a finished attempt to its endpoint's state.
+//!
+//! Contract: an item stays in flight — so the lane's low-water mark cannot pass it —
+//! until its attempt task has returned, which for a scheduled retry is after JetStream
+//! acknowledged the schedule. A panicking attempt comes back as a failed attempt retried
+//! in place, never as a lost slot.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::message::PublishMessage;
+use futures::FutureExt;
+use herald_core::dataplane::{
+    ATTEMPT_HEADER, AttemptOutcome, EVENT_ID_HEADER, EndpointKey, FIRST_ATTEMPT_HEADER, Lane,
+    PUBLISHED_HEADER, SCHEDULE_HEADER, SCHEDULE_TARGET_HEADER,
+};
+use herald_core::signing::SigningKey;
+
+use super::{Runtime, Shared, now_ms};
+use crate::attempt::{self, AttemptResult, Decision, Facts, Fate};
+use crate::endpoint::{Item, Readiness};
+use crate::metrics::OutcomeLabel;
+use crate::{http, index};
+
+/// A retry is never scheduled closer than this to the end of the retention window.
+const RETENTION_MARGIN: Duration = Duration::from_secs(300);
+/// How soon an attempt whose task panicked is tried again (in place).
+const PANIC_RETRY: Duration = Duration::from_secs(5);
+
+/// A finished attempt, back from its task.
+pub struct Completion {
+    key: EndpointKey,
+    item: Item,
+    result: AttemptResult,
+    decision: Decision,
+}
+
+impl Runtime {
+    /// Starts attempts round-robin: one per endpoint per turn.
+    pub(super) fn dispatch(&mut self) {
+        let now = Instant::now();
+        let mut turns = self.ring.len();
+        while turns > 0 && self.attempts.len() < self.shared.settings.max_in_flight {
+            turns -= 1;
+            let Some(key) = self.ring.pop() else {
+                break;
+            };
+            let Some(state) = self.endpoints.get_mut(&key) else {
+                continue;
+            };
+            state.queued = false;
+            match state.readiness(now) {
+                Readiness::Ready(lane) => {
+                    let Some(item) = state.start(lane, now) else {
+                        continue;
+                    };
+                    self.spawn_attempt(&key, item);
+                    self.maybe_refill(&key, lane);
+                    // Back of the ring: the next endpoint gets the next turn.
+                    self.mark_ready(&key);
+                    turns += 1;
+                }
+                Readiness::Until(at) => self.ring.wake_at(at, key),
+                Readiness::Idle => {}
+            }
+        }
+        self.shared
+            .metrics
+            .in_flight
+            .get_or_create(&self.label)
+            .set(self.attempts.len() as i64);
+    }
+
+    fn spawn_attempt(&mut self, key: &EndpointKey, item: Item) {
+        let Some(state) = self.endpoints.get(key) else {
+            return;
+        };
+        let (Some(ep), Some(keys)) = (state.ep.clone(), state.keys.clone()) else {
+            return;
+        };
+        let task = AttemptTask {
+            shared: self.shared.clone(),
+            shard: self.shard,
+            key: key.clone(),
+            ep,
+            keys,
+            failing_since_ms: state.failing_since_ms(),
+        };
+        let fallback = (key.clone(), item.clone());
+        self.attempts.spawn(async move {
+            AssertUnwindSafe(task.run(item))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| panicked(fallback))
+        });
+    }
+
+    pub(super) fn on_completion(&mut self, completion: Completion) {
+        let Completion {
+            key,
+            item,
+            result,
+            decision,
+        } = completion;
+        let metrics = &self.shared.metrics;
+        metrics
+            .attempts
+            .get_or_create(&OutcomeLabel {
+                shard: self.shard,
+                outcome: result.outcome.as_str(),
+            })
+            .inc();
+        metrics
+            .attempt_latency
+            .get_or_create(&self.label)
+            .observe(result.latency.as_secs_f64());
+        if matches!(decision.fate, Fate::Dead(_)) {
+            metrics.dead_deliveries.get_or_create(&self.label).inc();
+        }
+        let lane = item.lane;
+        // The endpoint was deleted while the attempt ran: nothing to record.
+        let Some(state) = self.endpoints.get_mut(&key) else {
+            return;
+        };
+        let was_disabled = state.disabled.is_some();
+        let had_lasting = state.failing_since_ms().is_some() || was_disabled;
+        let record = state.finish(item, &result, &decision, Instant::now(), now_ms());
+        self.log.push(&key, record);
+        if !was_disabled && let Some(disabled) = &state.disabled {
+            tracing::warn!(endpoint = %key, reason = disabled.reason.as_str(), "endpoint disabled: {}", disabled.message);
+            // Report at once: a tenant should hear about this.
+            self.reports.urgent(&key);
+        }
+        // At once, so a crash right now does not re-enable the endpoint, restart its
+        // failure clock or forget the receiver's pause. (A success of a healthy endpoint
+        // changes none of it.)
+        if had_lasting || !result.is_success() {
+            self.save_lasting(&key);
+        }
+        if !result.is_success() {
+            tracing::debug!(endpoint = %key, outcome = result.outcome.as_str(), status = ?result.status, "attempt failed");
+        }
+        self.maybe_refill(&key, lane);
+        self.mark_ready(&key);
+    }
+}
+
+/// What an attempt task needs.
+struct AttemptTask {
+    shared: Shared,
+    shard: u32,
+    key: EndpointKey,
+    ep: Arc<index::Endpoint>,
+    keys: Arc<[SigningKey]>,
+    failing_since_ms: Option<u64>,
+}
+
+impl AttemptTask {
+    /// Sends, decides, and publishes a retry's schedule when the decision says so.
+    async fn run(self, item: Item) -> Completion {
+        let Self {
+            shared,
+            shard,
+            key,
+            ep,
+            keys,
+            failing_since_ms,
+        } = self;
+        let delivery = &ep.config.delivery;
+        let result = http::send(
+            &shared.http,
+            &shared.policy,
+            http::Attempt {
+                url: &ep.config.url,
+                event_id: &item.event_id,
+                body: item.body.clone(),
+                keys: &keys,
+                headers: &ep.config.headers,
+                timeout: delivery.timeout.get(),
+            },
+        )
+        .await;
+        let facts = Facts {
+            policy: delivery,
+            ordered: ep.config.ordered,
+            attempt: item.attempt,
+            first_attempt_ms: item.first_attempt_ms,
+            failing_since_ms,
+            max_delay: shared.settings.retention.saturating_sub(RETENTION_MARGIN),
+        };
+        let now = now_ms();
+        let mut decision = attempt::decide(&facts, &result, now, fastrand::f64());
+        if let Fate::Retry {
+            delay,
+            in_place: false,
+        } = decision.fate
+        {
+            let first = item.first_attempt_ms.unwrap_or(now);
+            if let Err(error) = schedule_retry(&shared, shard, &key, &item, first, delay).await {
+                tracing::warn!(%error, endpoint = %key, "could not schedule a retry; retrying in place");
+                decision.fate = Fate::Retry {
+                    delay,
+                    in_place: true,
+                };
+            }
+        }
+        Completion {
+            key,
+            item,
+            result,
+            decision,
+        }
+    }
+}
+
+/// The completion of an attempt whose task panicked: a failure retried in place, so
+/// its in-flight slot and the lane's low-water mark are released.
+fn panicked((key, item): (EndpointKey, Item)) -> Completion {
+    tracing::error!(endpoint = %key, "an attempt task panicked; retrying in place");
+    Completion {
+        key,
+        item,
+        result: AttemptResult::failed(
+            AttemptOutcome::RequestError,
+            Duration::ZERO,
+            "internal error in the dispatcher".into(),
+        ),
+        decision: Decision {
+            fate: Fate::Retry {
+                delay: PANIC_RETRY,
+                in_place: true,
+            },
+            disable: None,
+        },
+    }
+}
+
+/// Publishes the retry as a JetStream schedule that fires onto the endpoint's retry lane.
+async fn schedule_retry(
+    shared: &Shared,
+    shard: u32,
+    key: &EndpointKey,
+    item: &Item,
+    first_attempt_ms: u64,
+    delay: Duration,
+) -> Result<(), async_nats::Error> {
+    // Schedules have whole-second resolution: round up so a retry never comes early.
+    let at = jiff::Timestamp::now().checked_add(jiff::SignedDuration::try_from(delay)?)?;
+    let at = if at.subsec_nanosecond() > 0 {
+        jiff::Timestamp::from_second(at.as_second() + 1)?
+    } else {
+        at
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        SCHEDULE_HEADER,
+        format!("@at {}", at.strftime("%Y-%m-%dT%H:%M:%SZ")).as_str(),
+    );
+    headers.insert(
+        SCHEDULE_TARGET_HEADER,
+        key.lane_subject(shard, Lane::Retry).as_str(),
+    );
+    headers.insert(EVENT_ID_HEADER, &*item.event_id);
+    headers.insert(PUBLISHED_HEADER, item.published_ms.to_string().as_str());
+    headers.insert(ATTEMPT_HEADER, (item.attempt + 1).to_string().as_str());
+    headers.insert(FIRST_ATTEMPT_HEADER, first_attempt_ms.to_string().as_str());
+    if let Some(uid) = &item.endpoint_uid {
+        headers.insert(herald_core::dataplane::ENDPOINT_UID_HEADER, &**uid);
+    }
+    let subject = key.schedule_subject(shard, &item.event_id);
+    shared
+        .layout
+        .js
+        .send_publish(
+            subject,
+            PublishMessage::build()
+                .payload(item.body.clone())
+                .headers(headers),
+        )
+        .await?
+        .await?;
+    Ok(())
+}

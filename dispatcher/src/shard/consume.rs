@@ -1,0 +1,225 @@
+//! Reading the lanes: messages from the shard's ordered consumer land in their
+//! endpoint's lane buffer; a full buffer leaves the backlog in JetStream and is refilled
+//! later with direct gets. Configuration changes refresh the endpoints' states; a
+//! deleted endpoint's lanes are purged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use herald_core::dataplane::{
+    ATTEMPT_HEADER, ENDPOINT_UID_HEADER, EVENT_ID_HEADER, EndpointKey, FIRST_ATTEMPT_HEADER, Lane,
+    ORDERING_KEY_HEADER, PUBLISHED_HEADER, parse_lane_subject,
+};
+use tokio::sync::broadcast;
+
+use super::Runtime;
+use crate::endpoint::{Item, RefillRange};
+use crate::index::Change;
+
+/// What a refill read back.
+pub struct Refill {
+    key: EndpointKey,
+    lane: Lane,
+    range: RefillRange,
+    items: Vec<Item>,
+    /// Where it stopped (`None`: it read the whole range); `Err` when it could not read.
+    next: Result<Option<u64>, ()>,
+}
+
+fn header_u64(headers: Option<&HeaderMap>, name: &str) -> Option<u64> {
+    headers?.get(name)?.as_str().parse().ok()
+}
+
+/// Turns a lane message into an item.
+fn item_from(lane: Lane, seq: u64, headers: Option<&HeaderMap>, payload: Bytes) -> Option<Item> {
+    let event_id: Arc<str> = headers?.get(EVENT_ID_HEADER)?.as_str().into();
+    Some(Item {
+        seq,
+        lane,
+        event_id,
+        body: payload,
+        published_ms: header_u64(headers, PUBLISHED_HEADER).unwrap_or_default(),
+        attempt: header_u64(headers, ATTEMPT_HEADER).unwrap_or(1) as u32,
+        first_attempt_ms: header_u64(headers, FIRST_ATTEMPT_HEADER),
+        not_before: None,
+        ordering_key: headers?
+            .get(ORDERING_KEY_HEADER)
+            .and_then(|v| u64::from_str_radix(v.as_str(), 16).ok()),
+        endpoint_uid: headers?
+            .get(ENDPOINT_UID_HEADER)
+            .map(|v| Arc::from(v.as_str())),
+    })
+}
+
+impl Runtime {
+    pub(super) fn on_message(&mut self, message: async_nats::jetstream::Message) {
+        let Ok(info) = message.info() else { return };
+        let seq = info.stream_sequence;
+        let Some((_, key, lane)) = parse_lane_subject(message.subject.as_str()) else {
+            return;
+        };
+        let Some(item) = item_from(lane, seq, message.headers.as_ref(), message.payload.clone())
+        else {
+            tracing::warn!(
+                seq,
+                subject = message.subject.as_str(),
+                "lane message without an event id; skipped"
+            );
+            return;
+        };
+        let state = self.state(&key);
+        let cap = state.buffer_cap();
+        state.lanes.queue(lane).offer(item, cap);
+        self.maybe_refill(&key, lane);
+        self.mark_ready(&key);
+    }
+
+    pub(super) fn on_change(&mut self, change: Result<Change, broadcast::error::RecvError>) {
+        let keys: Vec<EndpointKey> = match change {
+            Ok(Change::Endpoint(key)) => vec![key],
+            Ok(Change::Keys { namespace, secret }) => self
+                .endpoints
+                .iter()
+                .filter(|(k, s)| {
+                    k.namespace() == namespace
+                        && s.ep.as_ref().is_some_and(|e| e.config.secret == secret)
+                })
+                .map(|(k, _)| k.clone())
+                .collect(),
+            Err(_) => self.endpoints.keys().cloned().collect(),
+        };
+        for key in keys {
+            // State exists only for endpoints with traffic on this shard; the others pick
+            // their configuration up when their first message arrives.
+            let ep = self.shared.index.endpoint(&key);
+            if ep.is_none() {
+                self.remove_endpoint(&key);
+                continue;
+            }
+            if !self.endpoints.contains_key(&key) {
+                continue;
+            }
+            let keys = ep.as_ref().and_then(|e| {
+                self.shared
+                    .index
+                    .keys(&e.config.namespace, &e.config.secret)
+            });
+            let state = self.state(&key);
+            state.keys = keys;
+            if state.configure(ep) {
+                tracing::info!(endpoint = %key, "endpoint re-enabled");
+                self.save_lasting(&key);
+            }
+            self.mark_ready(&key);
+        }
+    }
+
+    /// The endpoint was deleted: stop delivering, drop its queued work (the events stay
+    /// in the event store for replay), and forget its state.
+    fn remove_endpoint(&mut self, key: &EndpointKey) {
+        if self.endpoints.remove(key).is_none() {
+            return;
+        }
+        self.reports.forget(key);
+        let stream = self.shared.layout.deliveries.clone();
+        let subjects = [Lane::New, Lane::Retry].map(|lane| key.lane_subject(self.shard, lane));
+        tokio::spawn(async move {
+            for subject in subjects {
+                if let Err(error) = stream.purge().filter(subject).await {
+                    tracing::warn!(%error, "purging a deleted endpoint's lane");
+                }
+            }
+        });
+        tracing::info!(endpoint = %key, "endpoint removed; its pending deliveries were dropped");
+    }
+
+    pub(super) fn maybe_refill(&mut self, key: &EndpointKey, lane: Lane) {
+        let state = self.state(key);
+        let cap = state.buffer_cap();
+        let Some(range) = state.lanes.queue(lane).refill(cap) else {
+            return;
+        };
+        let stream = self.shared.layout.deliveries.clone();
+        let subject = key.lane_subject(self.shard, lane);
+        let tx = self.refill_tx.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let mut items = Vec::new();
+            let mut next = Ok(Some(range.from));
+            while let Ok(Some(seq)) = next {
+                if items.len() >= range.room {
+                    break;
+                }
+                if seq > range.until {
+                    next = Ok(None);
+                    break;
+                }
+                match stream
+                    .direct_get_next_for_subject(subject.as_str(), Some(seq))
+                    .await
+                {
+                    Ok(message) if message.sequence <= range.until => {
+                        next = Ok(Some(message.sequence + 1));
+                        if let Some(item) = item_from(
+                            lane,
+                            message.sequence,
+                            Some(&message.headers),
+                            message.payload,
+                        ) {
+                            items.push(item);
+                        }
+                    }
+                    // Nothing more up to `until`.
+                    Ok(_) => next = Ok(None),
+                    Err(error) if is_not_found(&error) => next = Ok(None),
+                    Err(error) => {
+                        tracing::debug!(%error, "refill read");
+                        if items.is_empty() {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            next = Err(());
+                        }
+                        break;
+                    }
+                }
+            }
+            let _ = tx
+                .send(Refill {
+                    key,
+                    lane,
+                    range,
+                    items,
+                    next,
+                })
+                .await;
+        });
+    }
+
+    pub(super) fn on_refill(&mut self, refill: Refill) {
+        let Refill {
+            key,
+            lane,
+            range,
+            items,
+            next,
+        } = refill;
+        let Some(state) = self.endpoints.get_mut(&key) else {
+            return;
+        };
+        match next {
+            Ok(next) => state.lanes.queue(lane).refilled(range, items, next),
+            Err(()) => state.lanes.queue(lane).refill_failed(),
+        }
+        self.maybe_refill(&key, lane);
+        self.mark_ready(&key);
+    }
+}
+
+/// A direct get past the last message of the subject answers "no message found".
+fn is_not_found(error: &async_nats::jetstream::stream::DirectGetError) -> bool {
+    matches!(
+        error.kind(),
+        async_nats::jetstream::stream::DirectGetErrorKind::NotFound
+    )
+}

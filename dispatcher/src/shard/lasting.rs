@@ -1,0 +1,111 @@
+//! Delivery state that must outlive this process ([`LastingState`]: disabled, the
+//! failure clock behind `disableAfter`, an open circuit, a receiver's `Retry-After`),
+//! kept under `state.<shard>.<ns>.<name>` in the health bucket. Written at once when it
+//! changes, deleted when the endpoint is healthy again, read back by the next owner of
+//! the shard before it delivers anything.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use futures::StreamExt;
+use herald_core::dataplane::{BucketKey, EndpointKey, HEALTH_BUCKET, LastingState};
+
+use super::{Runtime, now_ms};
+
+/// How long loading a shard's saved state may take before the shard starts without
+/// what is left (it is re-saved by whoever still has it).
+const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads every saved state of `shard`.
+pub async fn load(
+    js: &async_nats::jetstream::Context,
+    shard: u32,
+) -> Result<HashMap<EndpointKey, LastingState>, async_nats::Error> {
+    let stream = js.get_stream(format!("KV_{HEALTH_BUCKET}")).await?;
+    let prefix = format!("$KV.{HEALTH_BUCKET}.");
+    let mut consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: format!("{prefix}{}", BucketKey::lasting_filter(shard)),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ..Default::default()
+        })
+        .await?;
+    let mut remaining = consumer.info().await?.num_pending;
+    let mut saved = HashMap::new();
+    if remaining == 0 {
+        return Ok(saved);
+    }
+    let mut messages = consumer.messages().await?;
+    let read = async {
+        while remaining > 0 {
+            let Some(message) = messages.next().await else {
+                break;
+            };
+            let message = message?;
+            remaining = message.info().map(|i| i.pending).unwrap_or(0);
+            let deleted = message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("KV-Operation"))
+                .is_some_and(|op| op.as_str() != "PUT");
+            let key = message
+                .subject
+                .as_str()
+                .strip_prefix(&prefix)
+                .and_then(BucketKey::parse);
+            if let (false, Some(BucketKey::Lasting { key, .. })) = (deleted, key) {
+                match serde_json::from_slice::<LastingState>(&message.payload) {
+                    Ok(state) => {
+                        saved.insert(key, state);
+                    }
+                    Err(error) => {
+                        tracing::warn!(endpoint = %key, %error, "ignoring unreadable saved state")
+                    }
+                }
+            }
+        }
+        Ok::<_, async_nats::Error>(())
+    };
+    match tokio::time::timeout(LOAD_TIMEOUT, read).await {
+        Ok(result) => result?,
+        Err(_) => tracing::warn!(shard, "loading saved endpoint state timed out; going on"),
+    }
+    Ok(saved)
+}
+
+impl Runtime {
+    /// Saves (or deletes) the endpoint's lasting state when it differs from what was
+    /// saved last.
+    pub(super) fn save_lasting(&mut self, key: &EndpointKey) {
+        let Some(state) = self.endpoints.get(key) else {
+            return;
+        };
+        let lasting = state.lasting(std::time::Instant::now(), now_ms());
+        if !self.reports.lasting_changed(key, lasting.as_ref()) {
+            return;
+        }
+        let kv = self.shared.layout.health.clone();
+        let name = BucketKey::Lasting {
+            shard: self.shard,
+            key: key.clone(),
+        }
+        .to_string();
+        tokio::spawn(async move {
+            let result = match lasting {
+                Some(lasting) => kv
+                    .put(
+                        &name,
+                        serde_json::to_vec(&lasting).expect("serializes").into(),
+                    )
+                    .await
+                    .map(|_| ())
+                    .map_err(async_nats::Error::from),
+                None => kv.delete(&name).await.map_err(async_nats::Error::from),
+            };
+            if let Err(error) = result {
+                tracing::warn!(%error, key = name, "saving endpoint state failed");
+            }
+        });
+    }
+}

@@ -1,0 +1,233 @@
+//! The runtime of one owned shard: one ordered consumer on `herald.q.<shard>.>` feeds
+//! per-endpoint lanes; a single task owns every endpoint's state (no locks) and runs a
+//! fair round-robin over endpoints that have work and capacity; each attempt is its own
+//! task bounded by its endpoint's timeout, so no endpoint can hold another's worker.
+//!
+//! The runtime is split by job: [`consume`] reads lanes (and refills them from
+//! JetStream) and follows configuration changes; [`attempts`] starts attempts and carries
+//! out their decisions (`crate::attempt`); [`upkeep`] purges finished work, reports
+//! health ([`report`]) and drains at the end; [`log`] batches attempt records; [`ring`]
+//! is the fair scheduler.
+
+mod attempts;
+mod consume;
+mod lasting;
+mod log;
+mod report;
+mod ring;
+mod upkeep;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use futures::StreamExt;
+use herald_core::dataplane::{EndpointKey, LANE_PREFIX, LastingState};
+use herald_core::ssrf::AddressPolicy;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::endpoint::EndpointState;
+use crate::index::Index;
+use crate::metrics::{Metrics, ShardLabel};
+use crate::setup::Layout;
+use attempts::Completion;
+use consume::Refill;
+
+/// Settings shared by all shards of a dispatcher.
+#[derive(Clone, Debug)]
+pub struct ShardSettings {
+    /// Most attempts in flight per shard, across its endpoints.
+    pub max_in_flight: usize,
+    /// Minimum time between two health reports of one endpoint.
+    pub health_interval: Duration,
+    /// How long in-flight attempts may finish at shutdown or handover.
+    pub grace: Duration,
+    /// The streams' retention: no retry may wait longer.
+    pub retention: Duration,
+}
+
+/// Everything a shard needs, cheap to clone.
+#[derive(Clone)]
+pub struct Shared {
+    pub layout: Layout,
+    pub index: Index,
+    pub http: reqwest::Client,
+    pub policy: Arc<AddressPolicy>,
+    pub metrics: Arc<Metrics>,
+    pub settings: ShardSettings,
+}
+
+/// Why a shard stopped other than by request.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("loading the shard's saved endpoint state: {0}")]
+    Load(#[source] async_nats::Error),
+    #[error("creating the lane consumer: {0}")]
+    Consumer(#[source] async_nats::Error),
+    #[error("the lane consumer ended")]
+    ConsumerEnded,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// Runs shard `shard` until `stop` becomes true; then lets in-flight attempts finish
+/// (up to the grace period), purges what is done, and returns. An error means the shard
+/// could not run (its lease holder must give it up or restart it); in-flight attempts
+/// are aborted then, and their work stays in the lanes.
+pub async fn run(
+    shared: Shared,
+    shard: u32,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ShardError> {
+    // What a previous owner saved, before anything is delivered.
+    let saved = lasting::load(&shared.layout.js, shard)
+        .await
+        .map_err(ShardError::Load)?;
+    if !saved.is_empty() {
+        tracing::info!(
+            shard,
+            endpoints = saved.len(),
+            "restored saved endpoint state"
+        );
+    }
+    let mut runtime = Runtime::new(shared, shard, saved);
+    let result = runtime.run(&mut stop).await;
+    if result.is_err() {
+        runtime.attempts.abort_all();
+    }
+    result
+}
+
+struct Runtime {
+    shared: Shared,
+    shard: u32,
+    label: ShardLabel,
+    endpoints: HashMap<EndpointKey, EndpointState>,
+    /// Health a previous owner reported, applied to an endpoint's state when it is
+    /// created (then forgotten).
+    saved: HashMap<EndpointKey, LastingState>,
+    ring: ring::Ring,
+    attempts: JoinSet<Completion>,
+    refill_tx: mpsc::Sender<Refill>,
+    refill_rx: mpsc::Receiver<Refill>,
+    log: log::AttemptLog,
+    reports: report::Reports,
+}
+
+impl Runtime {
+    fn new(shared: Shared, shard: u32, saved: HashMap<EndpointKey, LastingState>) -> Self {
+        let (refill_tx, refill_rx) = mpsc::channel(1024);
+        Self {
+            shared,
+            shard,
+            label: ShardLabel { shard },
+            endpoints: HashMap::new(),
+            saved,
+            ring: ring::Ring::default(),
+            attempts: JoinSet::new(),
+            refill_tx,
+            refill_rx,
+            log: log::AttemptLog::default(),
+            reports: report::Reports::default(),
+        }
+    }
+
+    async fn run(&mut self, stop: &mut watch::Receiver<bool>) -> Result<(), ShardError> {
+        let mut changes = self.shared.index.subscribe();
+        let consumer = self
+            .shared
+            .layout
+            .deliveries
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: format!("{LANE_PREFIX}.{}.>", self.shard),
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| ShardError::Consumer(e.into()))?;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| ShardError::Consumer(e.into()))?;
+        let mut flush = tokio::time::interval(Duration::from_millis(100));
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut housekeeping = tokio::time::interval(Duration::from_secs(1));
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tracing::info!(shard = self.shard, "shard started");
+        loop {
+            let next_timer = self.ring.next_timer();
+            tokio::select! {
+                _ = stop.changed() => if *stop.borrow() { break },
+                Some(done) = self.attempts.join_next(), if !self.attempts.is_empty() => {
+                    match done {
+                        Ok(completion) => self.on_completion(completion),
+                        // Attempts catch their own panics; this is an abort at shutdown.
+                        Err(error) => tracing::debug!(%error, "attempt task ended"),
+                    }
+                }
+                Some(refill) = self.refill_rx.recv() => self.on_refill(refill),
+                change = changes.recv() => self.on_change(change),
+                message = messages.next() => match message {
+                    Some(Ok(message)) => self.on_message(message),
+                    Some(Err(error)) => {
+                        tracing::warn!(shard = self.shard, %error, "lane consumer");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    None => return Err(ShardError::ConsumerEnded),
+                },
+                _ = sleep_until(next_timer) => self.on_timers(),
+                _ = flush.tick() => self.log.flush(&self.shared.layout.js),
+                _ = housekeeping.tick() => self.housekeeping(),
+            }
+            self.dispatch();
+        }
+        self.drain().await;
+        Ok(())
+    }
+
+    /// The endpoint's state, created on its first message with its configuration, its
+    /// keys and whatever a previous owner saved about it.
+    fn state(&mut self, key: &EndpointKey) -> &mut EndpointState {
+        let index = &self.shared.index;
+        let saved = &mut self.saved;
+        let reports = &mut self.reports;
+        self.endpoints.entry(key.clone()).or_insert_with(|| {
+            let ep = index.endpoint(key);
+            let keys = ep
+                .as_ref()
+                .and_then(|e| index.keys(&e.config.namespace, &e.config.secret));
+            let mut state = EndpointState::new(ep, keys);
+            if let Some(lasting) = saved.remove(key) {
+                state.restore(&lasting, std::time::Instant::now(), now_ms());
+                reports.restored(key, lasting);
+            }
+            state
+        })
+    }
+
+    fn mark_ready(&mut self, key: &EndpointKey) {
+        if let Some(state) = self.endpoints.get_mut(key) {
+            self.ring.push(key, &mut state.queued);
+        }
+    }
+
+    fn on_timers(&mut self) {
+        for key in self.ring.due(std::time::Instant::now()) {
+            self.mark_ready(&key);
+        }
+    }
+}
+
+async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => futures::future::pending().await,
+    }
+}

@@ -1,0 +1,110 @@
+//! Once a second: purge finished work below each lane's low-water mark, report health
+//! (through [`super::report`]), refresh the shard's gauges, and forget the state of
+//! endpoints whose configuration is gone and that hold nothing. At the end: drain.
+
+use std::time::{Duration, Instant};
+
+use herald_core::dataplane::{EndpointKey, Lane};
+use herald_core::v1alpha1::CircuitState;
+
+use super::{Runtime, now_ms};
+
+impl Runtime {
+    pub(super) fn housekeeping(&mut self) {
+        let now = Instant::now();
+        let ms = now_ms();
+        let (mut open, mut disabled, mut oldest) = (0, 0, None::<u64>);
+        let mut gone = Vec::new();
+        for (key, state) in &mut self.endpoints {
+            for lane in [Lane::New, Lane::Retry] {
+                if let Some(below) = state.lanes.queue(lane).purge_point() {
+                    let stream = self.shared.layout.deliveries.clone();
+                    let subject = key.lane_subject(self.shard, lane);
+                    tokio::spawn(async move {
+                        if let Err(error) = stream.purge().filter(subject).sequence(below).await {
+                            tracing::debug!(%error, "lane purge");
+                        }
+                    });
+                }
+            }
+            open += i64::from(state.circuit() != CircuitState::Closed);
+            disabled += i64::from(state.disabled.is_some());
+            let Some(health) = state.health(ms) else {
+                if state.is_idle() && state.in_flight() == 0 {
+                    gone.push(key.clone());
+                }
+                continue;
+            };
+            if let Some(o) = health.oldest_pending_ms {
+                oldest = Some(oldest.map_or(o, |x| x.min(o)));
+            }
+            if self
+                .reports
+                .due(key, &health, now, self.shared.settings.health_interval)
+            {
+                let kv = self.shared.layout.health.clone();
+                let config_key = key.config_key();
+                let value = serde_json::to_vec(&health).expect("health serializes");
+                tracing::debug!(endpoint = %key, "reporting health");
+                tokio::spawn(async move {
+                    if let Err(error) = kv.put(config_key, value.into()).await {
+                        tracing::warn!(%error, "health write failed; retried at the next change");
+                    }
+                });
+            }
+        }
+        for key in gone {
+            self.forget(&key);
+        }
+        let metrics = &self.shared.metrics;
+        metrics.open_circuits.get_or_create(&self.label).set(open);
+        metrics
+            .disabled_endpoints
+            .get_or_create(&self.label)
+            .set(disabled);
+        metrics
+            .oldest_pending_seconds
+            .get_or_create(&self.label)
+            .set(oldest.map_or(0, |o| (ms.saturating_sub(o) / 1000) as i64));
+    }
+
+    fn forget(&mut self, key: &EndpointKey) {
+        self.endpoints.remove(key);
+        self.reports.forget(key);
+    }
+
+    /// Stop: no new attempts; let in-flight ones finish within the grace period (their
+    /// retries get scheduled), abort the rest (they stay in the lanes and are delivered
+    /// again by the next owner), write what is done.
+    pub(super) async fn drain(&mut self) {
+        let deadline = tokio::time::Instant::now() + self.shared.settings.grace;
+        while !self.attempts.is_empty() {
+            match tokio::time::timeout_at(deadline, self.attempts.join_next()).await {
+                Ok(Some(Ok(completion))) => self.on_completion(completion),
+                Ok(Some(Err(_))) => {}
+                Ok(None) => break,
+                Err(_) => {
+                    self.attempts.abort_all();
+                    break;
+                }
+            }
+        }
+        self.log.flush(&self.shared.layout.js);
+        for (key, state) in &mut self.endpoints {
+            for lane in [Lane::New, Lane::Retry] {
+                if let Some(below) = state.lanes.queue(lane).purge_point() {
+                    let subject = key.lane_subject(self.shard, lane);
+                    let purge = self
+                        .shared
+                        .layout
+                        .deliveries
+                        .purge()
+                        .filter(subject)
+                        .sequence(below);
+                    let _ = tokio::time::timeout(Duration::from_secs(2), purge.into_future()).await;
+                }
+            }
+        }
+        tracing::info!(shard = self.shard, "shard stopped");
+    }
+}
