@@ -29,6 +29,8 @@ pub struct TestEnv {
     dir: PathBuf,
     bin_dir: PathBuf,
     nats_url: String,
+    /// One client URL per nats-server node (one entry unless `--nats-cluster`).
+    nats_nodes: Vec<String>,
     /// A private environment started by this process, if any. Never waited on: the
     /// environment exits by itself once this process is gone (`--parent-pid`).
     _child: Option<Child>,
@@ -36,6 +38,7 @@ pub struct TestEnv {
 
 static ENV: OnceLock<TestEnv> = OnceLock::new();
 static PRIVATE_ENV: OnceLock<TestEnv> = OnceLock::new();
+static PRIVATE_CLUSTER_ENV: OnceLock<TestEnv> = OnceLock::new();
 static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The test environment of this run, started on first use when none was given.
@@ -48,6 +51,16 @@ pub fn env() -> &'static TestEnv {
 /// also hold [`fault_lock`] so they do not disturb each other.
 pub fn private_env() -> &'static TestEnv {
     PRIVATE_ENV.get_or_init(TestEnv::start)
+}
+
+/// An environment of this test process alone whose NATS is a JetStream cluster of three
+/// nats-server processes (`testenv run --nats-cluster 3`, server names `n0`, `n1`, `n2`), for
+/// tests that SIGKILL and restart single nodes ([`TestEnv::kill_nats_node`],
+/// [`TestEnv::start_nats_node`]). Its [`TestEnv::nats_url`] is the comma-separated list of
+/// all nodes; [`TestEnv::nats`] connects to all of them. Tests of one binary that share it
+/// and kill nodes should also hold [`fault_lock`].
+pub fn private_cluster_env() -> &'static TestEnv {
+    PRIVATE_CLUSTER_ENV.get_or_init(|| TestEnv::start_with("cluster", &["--nats-cluster", "3"]))
 }
 
 /// Serializes the fault-injecting tests of one process.
@@ -79,23 +92,33 @@ impl TestEnv {
     }
 
     fn start() -> Self {
+        Self::start_with("", &[])
+    }
+
+    /// Starts `testenv run` with extra `args`; `label` tells the dir and log of several
+    /// private environments of one process apart.
+    fn start_with(label: &str, args: &[&str]) -> Self {
         let bin_dir = bin_dir();
-        let dir = std::env::temp_dir().join(format!("herald-testenv-{}", std::process::id()));
+        let name = if label.is_empty() {
+            format!("herald-testenv-{}", std::process::id())
+        } else {
+            format!("herald-testenv-{}-{label}", std::process::id())
+        };
+        let dir = std::env::temp_dir().join(&name);
         let testenv = bin_dir.join("testenv");
         assert!(
             testenv.exists(),
             "{} is missing: run scripts/build-e2e.sh (or `make test`) first",
             testenv.display()
         );
-        let log = std::fs::File::create(
-            std::env::temp_dir().join(format!("herald-testenv-{}.log", std::process::id())),
-        )
-        .expect("creating the testenv log");
+        let log = std::fs::File::create(std::env::temp_dir().join(format!("{name}.log")))
+            .expect("creating the testenv log");
         let mut child = Command::new(&testenv)
             .args(["run", "--dir"])
             .arg(&dir)
             .arg("--parent-pid")
             .arg(std::process::id().to_string())
+            .args(args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
@@ -110,10 +133,25 @@ impl TestEnv {
             .expect("reading nats-url")
             .trim()
             .to_owned();
+        // DIR/nats-nodes is missing when attached to an environment from before it existed.
+        let nats_nodes = match std::fs::read_to_string(dir.join("nats-nodes")) {
+            Ok(text) => text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            Err(_) => nats_url
+                .split(',')
+                .map(str::trim)
+                .map(str::to_owned)
+                .collect(),
+        };
         Self {
             dir,
             bin_dir,
             nats_url,
+            nats_nodes,
             _child: child,
         }
     }
@@ -123,7 +161,9 @@ impl TestEnv {
         self.dir.join("kubeconfig")
     }
 
-    /// `nats://127.0.0.1:<port>`.
+    /// `nats://127.0.0.1:<port>`; in a cluster environment ([`private_cluster_env`]) the
+    /// comma-separated URLs of all nodes. (`async_nats::connect` takes one URL per string,
+    /// so split such a list into a `Vec` before connecting.)
     pub fn nats_url(&self) -> &str {
         &self.nats_url
     }
@@ -137,9 +177,10 @@ impl TestEnv {
         Client::try_from(config).expect("building the kube client")
     }
 
-    /// A NATS client connected to the environment's JetStream-enabled server.
+    /// A NATS client connected to the environment's JetStream-enabled server (in a cluster
+    /// environment: to one of its nodes, failing over to the others).
     pub async fn nats(&self) -> async_nats::Client {
-        async_nats::connect(&self.nats_url)
+        async_nats::connect(self.nats_nodes.clone())
             .await
             .expect("connecting to NATS")
     }
@@ -159,9 +200,36 @@ impl TestEnv {
     }
 
     /// Restarts only the nats-server (same port, same JetStream store); returns when it
-    /// accepts connections again.
+    /// accepts connections again. In a cluster environment: a rolling restart, node by
+    /// node, each one healthy again before the next.
     pub fn restart_nats(&self) {
         self.control(&["nats-restart"]);
+    }
+
+    /// The client URL of every nats-server node, node `i` at index `i` (a single entry
+    /// unless this is a cluster environment).
+    pub fn nats_nodes(&self) -> Vec<String> {
+        self.nats_nodes.clone()
+    }
+
+    /// The node index of a nats-server by its server name (`n0`, `n1`, ... in a cluster
+    /// environment; what stream info reports as `cluster.leader`).
+    pub fn nats_node_index(&self, server_name: &str) -> Option<usize> {
+        let i = server_name.strip_prefix('n')?.parse().ok()?;
+        (i < self.nats_nodes.len()).then_some(i)
+    }
+
+    /// Cluster environments only: SIGKILLs nats-server node `i` (a real crash of its
+    /// process); returns once the process is gone.
+    pub fn kill_nats_node(&self, i: usize) {
+        self.control(&["nats-kill", "--node", &i.to_string()]);
+    }
+
+    /// Cluster environments only: starts node `i` again with the same ports and store, so
+    /// it rejoins the cluster; returns once the node reports healthy (meta and its stream
+    /// replicas caught up).
+    pub fn start_nats_node(&self, i: usize) {
+        self.control(&["nats-start", "--node", &i.to_string()]);
     }
 
     /// Makes the Kubernetes API unreachable for `seconds`: open connections are cut and new

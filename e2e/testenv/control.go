@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,13 +16,13 @@ import (
 
 // control is the small HTTP API fault tests use to break things on purpose.
 type control struct {
-	nats  *natsServer
+	nats  natsBackend
 	proxy *proxy
 	srv   *http.Server
 	url   string
 }
 
-func startControl(n *natsServer, p *proxy) (*control, error) {
+func startControl(n natsBackend, p *proxy) (*control, error) {
 	ln, err := listenLoopback()
 	if err != nil {
 		return nil, err
@@ -29,8 +30,8 @@ func startControl(n *natsServer, p *proxy) (*control, error) {
 	c := &control{nats: n, proxy: p, url: "http://" + ln.Addr().String()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if !n.ready() {
-			http.Error(w, "nats not ready", http.StatusServiceUnavailable)
+		if err := n.ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")
@@ -42,6 +43,31 @@ func startControl(n *natsServer, p *proxy) (*control, error) {
 		}
 		io.WriteString(w, "nats restarted\n")
 	})
+	// Cluster mode only: SIGKILL node I / start it again.
+	nodeOp := func(what string, op func(int) error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			i, err := strconv.Atoi(r.URL.Query().Get("node"))
+			switch {
+			case !n.clustered():
+				http.Error(w, errNotClustered.Error(), http.StatusBadRequest)
+				return
+			case err != nil || i < 0 || i >= len(n.nodeURLs()):
+				http.Error(w, fmt.Sprintf("node must be 0..%d", len(n.nodeURLs())-1), http.StatusBadRequest)
+				return
+			}
+			if err := op(i); err != nil {
+				code := http.StatusInternalServerError
+				if errors.Is(err, errNodeState) {
+					code = http.StatusConflict
+				}
+				http.Error(w, err.Error(), code)
+				return
+			}
+			fmt.Fprintf(w, "nats node %d %s\n", i, what)
+		}
+	}
+	mux.HandleFunc("POST /nats/kill", nodeOp("killed", n.killNode))
+	mux.HandleFunc("POST /nats/start", nodeOp("started", n.startNode))
 	mux.HandleFunc("POST /apiserver/blackout", func(w http.ResponseWriter, r *http.Request) {
 		secs, err := strconv.ParseFloat(r.URL.Query().Get("seconds"), 64)
 		if err != nil || secs <= 0 {
@@ -64,14 +90,16 @@ func (c *control) stop() {
 	}
 }
 
-// callControl implements the nats-restart / apiserver-blackout subcommands.
+// callControl implements the nats-restart / nats-kill / nats-start /
+// apiserver-blackout subcommands.
 func callControl(dir, path string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "control-url"))
 	if err != nil {
 		return fmt.Errorf("is testenv running with --dir %s? %w", dir, err)
 	}
 	url := strings.TrimSpace(string(b)) + path
-	client := &http.Client{Timeout: 60 * time.Second}
+	// A rolling nats-restart of a cluster waits for every node to catch up.
+	client := &http.Client{Timeout: 5 * time.Minute}
 	resp, err := client.Post(url, "text/plain", nil)
 	if err != nil {
 		return err

@@ -1,6 +1,8 @@
 // Command testenv runs a throwaway Kubernetes control plane (etcd,
 // kube-apiserver, kube-controller-manager) and a NATS JetStream server in
-// one process on 127.0.0.1, for Herald's end-to-end tests. See README.md.
+// one process on 127.0.0.1, for Herald's end-to-end tests. With
+// --nats-cluster N, NATS is instead a JetStream cluster of N nats-server
+// child processes (so a node can be SIGKILLed for real). See README.md.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,8 +27,10 @@ import (
 )
 
 const usage = `usage:
-  testenv run --dir DIR [--keep] [--nats-port N] [--parent-pid PID] [--exit-on-stdin-eof]
+  testenv run --dir DIR [--keep] [--nats-port N | --nats-cluster N] [--parent-pid PID] [--exit-on-stdin-eof]
   testenv nats-restart --dir DIR
+  testenv nats-kill --dir DIR --node I      (--nats-cluster only: SIGKILL node I)
+  testenv nats-start --dir DIR --node I     (--nats-cluster only: start node I again)
   testenv apiserver-blackout --dir DIR --seconds N
 `
 
@@ -43,6 +48,7 @@ func main() {
 		var o runOpts
 		fs.BoolVar(&o.keep, "keep", false, "keep the temporary data dir (etcd, JetStream, certs) on exit")
 		fs.IntVar(&o.natsPort, "nats-port", 0, "NATS client port (default: a free port)")
+		fs.IntVar(&o.natsCluster, "nats-cluster", 1, "number of nats-server nodes; >= 2: a JetStream cluster of child processes")
 		fs.IntVar(&o.parentPID, "parent-pid", 0, "exit when this process is gone (polled every second)")
 		fs.BoolVar(&o.stdinEOF, "exit-on-stdin-eof", false, "exit when stdin is closed")
 		fs.Parse(os.Args[2:])
@@ -51,6 +57,12 @@ func main() {
 	case "nats-restart":
 		fs.Parse(os.Args[2:])
 		err = callControl(*dir, "/nats/restart")
+	case "nats-kill", "nats-start":
+		node := fs.Int("node", -1, "node index (0-based, as in DIR/nats-nodes)")
+		fs.Parse(os.Args[2:])
+		err = callControl(*dir, "/nats/"+strings.TrimPrefix(os.Args[1], "nats-")+"?node="+strconv.Itoa(*node))
+	case "nats-node": // hidden: one cluster node, started by "run --nats-cluster"
+		err = runNATSNode(os.Args[2:])
 	case "apiserver-blackout":
 		secs := fs.Float64("seconds", 0, "how long the API server stays unreachable")
 		fs.Parse(os.Args[2:])
@@ -66,20 +78,27 @@ func main() {
 }
 
 type runOpts struct {
-	dir       string
-	keep      bool
-	natsPort  int
-	parentPID int
-	stdinEOF  bool
+	dir         string
+	keep        bool
+	natsPort    int
+	natsCluster int
+	parentPID   int
+	stdinEOF    bool
 }
 
 // outputs written into --dir; removed again on exit so a stale "ready" can
 // never be mistaken for a live environment.
-var outputs = []string{"ready", "pid", "control-url", "nats-url", "kubeconfig"}
+var outputs = []string{"ready", "pid", "control-url", "nats-url", "nats-nodes", "kubeconfig"}
 
 func run(o runOpts) (err error) {
 	if o.dir == "" {
 		return errors.New("--dir is required")
+	}
+	if o.natsCluster < 1 {
+		return errors.New("--nats-cluster must be >= 1")
+	}
+	if o.natsCluster > 1 && o.natsPort != 0 {
+		return errors.New("--nats-port and --nats-cluster cannot be combined (cluster ports are always free ports)")
 	}
 	start := time.Now()
 	dir, err := filepath.Abs(o.dir)
@@ -166,7 +185,14 @@ func run(o runOpts) (err error) {
 		etcd.Close()
 	})
 
-	nats, err := newNATS(dataDir, filepath.Join(dir, "nats.log"), o.natsPort)
+	// A cluster's node processes start now, next to the API server; it is
+	// waited for (meta leader elected) just before "ready".
+	var nats natsBackend
+	if o.natsCluster > 1 {
+		nats, err = newNATSCluster(dataDir, dir, o.natsCluster)
+	} else {
+		nats, err = newNATS(dataDir, filepath.Join(dir, "nats.log"), o.natsPort)
+	}
 	if err != nil {
 		return err
 	}
@@ -220,6 +246,10 @@ func run(o runOpts) (err error) {
 		return err
 	}
 
+	if err := nats.waitReady(ctx); err != nil {
+		return err
+	}
+
 	ctl, err := startControl(nats, px)
 	if err != nil {
 		return err
@@ -229,6 +259,7 @@ func run(o runOpts) (err error) {
 	files := []struct{ name, data string }{
 		{"kubeconfig", string(p.kubeconfig(serverURL))},
 		{"nats-url", nats.url()},
+		{"nats-nodes", strings.Join(nats.nodeURLs(), "\n") + "\n"},
 		{"control-url", ctl.url},
 		{"ready", time.Now().UTC().Format(time.RFC3339)},
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -94,8 +96,21 @@ func (n *natsServer) stopLocked() {
 	}
 }
 
-func (n *natsServer) ready() bool {
+func (n *natsServer) ready() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.srv != nil && n.srv.Running() && n.srv.JetStreamEnabled()
+	if n.srv != nil && n.srv.Running() && n.srv.JetStreamEnabled() {
+		return nil
+	}
+	return errors.New("nats not ready")
 }
+
+// The rest of natsBackend: a single server is ready once newNATS returned,
+// and has no nodes to kill or start.
+func (n *natsServer) nodeURLs() []string                  { return []string{n.url()} }
+func (n *natsServer) clustered() bool                     { return false }
+func (n *natsServer) waitReady(ctx context.Context) error { return nil }
+func (n *natsServer) killNode(int) error                  { return errNotClustered }
+func (n *natsServer) startNode(int) error                 { return errNotClustered }
+
+var errNotClustered = errors.New("not a NATS cluster: run testenv with --nats-cluster N (N >= 2)")
