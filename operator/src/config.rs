@@ -8,34 +8,22 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use herald_core::ssrf::AddressPolicy;
-use ipnet::IpNet;
+use herald_core::flags::{AddressPolicyArgs, NatsArgs};
 
 /// `herald-operator run`: reconcile Herald's resources.
 #[derive(Parser, Clone, Debug)]
 // A later flag wins over an earlier one: tests append overrides to a base command line.
 #[command(about, args_override_self = true)]
 pub struct Config {
-    /// NATS server URL(s), comma-separated.
-    #[arg(long, env = "HERALD_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
+    #[command(flatten)]
+    pub nats: NatsArgs,
 
     /// Number of dispatcher shards endpoints are spread over. Changing it reshards.
     #[arg(long, env = "HERALD_SHARDS", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub shards: u32,
 
-    /// Networks endpoint URLs may point at although they are loopback, private or
-    /// link-local (comma-separated CIDRs, e.g. `10.20.0.0/16`).
-    #[arg(
-        long = "allow-network",
-        env = "HERALD_ALLOW_NETWORKS",
-        value_delimiter = ','
-    )]
-    pub allow_networks: Vec<IpNet>,
-
-    /// Allow plain `http://` endpoint URLs.
-    #[arg(long, env = "HERALD_ALLOW_HTTP")]
-    pub allow_http: bool,
+    #[command(flatten)]
+    pub destinations: AddressPolicyArgs,
 
     /// Shortest time between two health-driven status writes of one endpoint.
     #[arg(long, env = "HERALD_STATUS_INTERVAL", default_value = "10s", value_parser = herald_core::duration::parse_std)]
@@ -78,16 +66,6 @@ pub struct Config {
     pub json_logs: bool,
 }
 
-impl Config {
-    /// The SSRF policy endpoint URLs are checked against.
-    pub fn address_policy(&self) -> AddressPolicy {
-        AddressPolicy {
-            allow: self.allow_networks.clone(),
-            allow_http: self.allow_http,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,7 +78,7 @@ mod tests {
         assert_eq!(config.lease_duration, Duration::from_secs(15));
         assert_eq!(config.lease_renew, Duration::from_secs(5));
         assert_eq!(config.listen.port(), 8080);
-        assert!(!config.allow_http);
+        assert!(!config.destinations.allow_http);
         let later_wins =
             Config::try_parse_from(["x", "--listen", "127.0.0.1:0", "--listen", "127.0.0.1:9"])
                 .unwrap();
@@ -117,7 +95,7 @@ mod tests {
             "2s",
         ])
         .unwrap();
-        assert_eq!(config.address_policy().allow.len(), 2);
+        assert_eq!(config.destinations.policy().allow.len(), 2);
         assert_eq!(config.status_interval, Duration::from_secs(2));
         assert!(Config::try_parse_from(["x", "--allow-network", "nope"]).is_err());
     }

@@ -3,14 +3,16 @@
 //! Contract: every label set is bounded (resource kind, result, error category, endpoint
 //! state); names of objects and error text never become labels.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use herald_core::dataplane::EndpointKey;
 use herald_core::v1alpha1::EndpointState;
 use prometheus_client::encoding::{EncodeLabelSet, text::encode};
 use prometheus_client::metrics::counter::Counter;
@@ -135,10 +137,16 @@ impl Metrics {
             .observe(duration.as_secs_f64());
     }
 
-    /// Sets the endpoint gauge from complete counts.
-    pub fn set_endpoint_counts(&self, counts: &[(&'static str, i64)]) {
-        for &(state, n) in counts {
-            self.endpoints.get_or_create(&StateLabels { state }).set(n);
+    fn add_endpoints(&self, state: &'static str, delta: i64) {
+        self.endpoints
+            .get_or_create(&StateLabels { state })
+            .inc_by(delta);
+    }
+
+    /// Zeroes the endpoint gauge: a replica that stops leading counts nothing.
+    pub fn reset_endpoints(&self) {
+        for state in STATES {
+            self.endpoints.get_or_create(&StateLabels { state }).set(0);
         }
     }
 
@@ -156,6 +164,47 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// The `state` label of every endpoint, kept so that the `herald_operator_endpoints`
+/// gauge moves by one per change: O(1) per reconcile, whatever the number of endpoints.
+pub struct EndpointStates {
+    metrics: Arc<Metrics>,
+    labels: Mutex<HashMap<EndpointKey, &'static str>>,
+}
+
+impl EndpointStates {
+    /// Starts from zero (a new leadership term sees every endpoint again).
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        metrics.reset_endpoints();
+        Self {
+            metrics,
+            labels: Mutex::default(),
+        }
+    }
+
+    /// Records the state label of `key`.
+    pub fn set(&self, key: EndpointKey, label: &'static str) {
+        let old = self.lock().insert(key, label);
+        if old != Some(label) {
+            if let Some(old) = old {
+                self.metrics.add_endpoints(old, -1);
+            }
+            self.metrics.add_endpoints(label, 1);
+        }
+    }
+
+    /// Forgets `key` (the endpoint is being deleted).
+    pub fn remove(&self, key: &EndpointKey) {
+        if let Some(old) = self.lock().remove(key) {
+            self.metrics.add_endpoints(old, -1);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EndpointKey, &'static str>> {
+        // Every operation is one insert or remove: a poisoned lock is still consistent.
+        self.labels.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -205,8 +254,22 @@ mod tests {
         let m = Metrics::default();
         m.reconciled("WebhookEndpoint", Duration::from_millis(3), None);
         m.reconciled("WebhookEndpoint", Duration::from_millis(3), Some("kube"));
-        m.set_endpoint_counts(&[("Active", 3)]);
+        let m = Arc::new(m);
+        let states = EndpointStates::new(m.clone());
+        for name in ["a", "b", "c", "d"] {
+            states.set(EndpointKey::new("ns", name), "Pending");
+        }
+        for name in ["a", "b", "c"] {
+            states.set(EndpointKey::new("ns", name), "Active");
+        }
+        states.set(EndpointKey::new("ns", "a"), "Active");
+        states.remove(&EndpointKey::new("ns", "d"));
+        states.remove(&EndpointKey::new("ns", "gone"));
         let text = m.encode();
+        assert!(
+            text.contains(r#"herald_operator_endpoints{state="Pending"} 0"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"herald_operator_endpoints{state="Active"} 3"#),
             "{text}"
@@ -216,5 +279,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"herald_operator_reconcile_errors_total{kind="WebhookEndpoint",category="kube"} 1"#), "{text}");
+        m.reset_endpoints();
+        assert!(
+            m.encode()
+                .contains(r#"herald_operator_endpoints{state="Active"} 0"#),
+            "a term that ends counts nothing"
+        );
     }
 }

@@ -1,23 +1,21 @@
 //! The operator's side of the data-plane contract in NATS: the `herald-config` bucket it
 //! writes and the `herald-health` bucket it reads.
 //!
-//! Contract: [`Buckets::ensure`] is idempotent and safe to race with the dispatcher
+//! Contract: [`Buckets::connect`] is idempotent and safe to race with the dispatcher
 //! (both sides create the buckets with the same settings); [`put_if_changed`] writes a
 //! key only when its value differs and [`delete_if_present`] only deletes a live key, so
 //! a resync of every object does not wake every dispatcher.
 
 use async_nats::jetstream::{self, kv};
-use herald_core::dataplane::{CONFIG_BUCKET, HEALTH_BUCKET};
+use herald_core::dataplane::layout::{self, LayoutError};
+use herald_core::flags::NatsArgs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("connecting to NATS: {0}")]
-    Connect(#[source] async_nats::ConnectError),
-    #[error("opening KV bucket {bucket}: {message}")]
-    Bucket {
-        bucket: &'static str,
-        message: String,
-    },
+    #[error(transparent)]
+    Connect(#[from] herald_core::flags::NatsConnectError),
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
     #[error("reading {key} from KV: {source}")]
     Read {
         key: String,
@@ -46,56 +44,34 @@ pub struct Buckets {
 }
 
 impl Buckets {
-    /// Connects and opens (creating when missing) both buckets.
-    pub async fn connect(url: &str) -> Result<Self, Error> {
-        let client = async_nats::ConnectOptions::new()
-            .name("herald-operator")
-            // Keep retrying after start-up instead of failing the whole operator while
-            // NATS restarts; KV calls then fail and reconciles requeue.
-            .retry_on_initial_connect()
-            .connect(url)
-            .await
-            .map_err(Error::Connect)?;
+    /// Connects and opens (creating when missing, with the dispatchers' settings) both
+    /// buckets.
+    pub async fn connect(nats: &NatsArgs, shards: u32) -> Result<Self, Error> {
+        // Retries the initial connection instead of failing the whole operator while
+        // NATS restarts; KV calls then fail and reconciles requeue.
+        let client = nats.connect("herald-operator").await?;
         let js = jetstream::new(client);
+        let replicas = usize::from(nats.replicas);
+        let config = layout::ensure_bucket(&js, layout::CONFIG, replicas).await?;
+        layout::check_shard_count(&config, shards).await?;
         Ok(Self {
-            config: ensure(&js, CONFIG_BUCKET).await?,
-            health: ensure(&js, HEALTH_BUCKET).await?,
+            config,
+            health: layout::ensure_bucket(&js, layout::HEALTH, replicas).await?,
         })
     }
 }
 
-/// Opens `bucket`, creating it with the settings the dispatcher uses too.
-async fn ensure(js: &jetstream::Context, bucket: &'static str) -> Result<kv::Store, Error> {
-    if let Ok(store) = js.get_key_value(bucket).await {
-        return Ok(store);
-    }
-    let created = js
-        .create_key_value(kv::Config {
-            bucket: bucket.to_owned(),
-            history: 1,
-            storage: jetstream::stream::StorageType::File,
-            ..Default::default()
-        })
-        .await;
-    match created {
-        Ok(store) => Ok(store),
-        // Lost a race with the dispatcher or another replica: the bucket exists now.
-        Err(create) => js.get_key_value(bucket).await.map_err(|_| Error::Bucket {
-            bucket,
-            message: create.to_string(),
-        }),
-    }
-}
-
-/// Puts `value` under `key` unless it is already there. Returns whether it wrote.
-pub async fn put_if_changed(store: &kv::Store, key: &str, value: Vec<u8>) -> Result<bool, Error> {
-    let current = store.get(key).await.map_err(|source| Error::Read {
+/// The value under `key`, if it holds one.
+pub async fn read(store: &kv::Store, key: &str) -> Result<Option<Vec<u8>>, Error> {
+    let value = store.get(key).await.map_err(|source| Error::Read {
         key: key.to_owned(),
         source,
     })?;
-    if current.as_deref() == Some(value.as_slice()) {
-        return Ok(false);
-    }
+    Ok(value.map(|v| v.to_vec()))
+}
+
+/// Puts `value` under `key`.
+pub async fn put(store: &kv::Store, key: &str, value: Vec<u8>) -> Result<(), Error> {
     store
         .put(key, value.into())
         .await
@@ -103,16 +79,21 @@ pub async fn put_if_changed(store: &kv::Store, key: &str, value: Vec<u8>) -> Res
             key: key.to_owned(),
             source,
         })?;
+    Ok(())
+}
+
+/// Puts `value` under `key` unless it is already there. Returns whether it wrote.
+pub async fn put_if_changed(store: &kv::Store, key: &str, value: Vec<u8>) -> Result<bool, Error> {
+    if read(store, key).await?.as_deref() == Some(value.as_slice()) {
+        return Ok(false);
+    }
+    put(store, key, value).await?;
     Ok(true)
 }
 
 /// Deletes `key` if it holds a value. Returns whether it deleted.
 pub async fn delete_if_present(store: &kv::Store, key: &str) -> Result<bool, Error> {
-    let current = store.get(key).await.map_err(|source| Error::Read {
-        key: key.to_owned(),
-        source,
-    })?;
-    if current.is_none() {
+    if read(store, key).await?.is_none() {
         return Ok(false);
     }
     store.delete(key).await.map_err(|source| Error::Delete {

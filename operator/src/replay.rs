@@ -1,27 +1,29 @@
 //! The `WebhookReplay` controller: validates a replay request and reports, truthfully,
 //! that this version of Herald does not carry replays out yet.
 //!
+//! Pipeline: dereference (does the endpoint exist?) → [`check`] and [`status`] (pure) →
+//! status (server-side apply, only when changed).
+//!
 //! Contract: `Ready` says whether the request is valid (the endpoint exists, the range
 //! is within retention); `Complete` is `False` with reason `NotImplemented` and phase
-//! `Pending`. No progress is ever invented.
+//! `Pending`. No progress is ever invented. A replay that does not decode is reported
+//! with a Warning Event (it has no finalizer, so its deletion never waits for Herald).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use herald_core::names::{self, condition, reason};
 use herald_core::v1alpha1::{ReplayPhase, WebhookEndpoint, WebhookReplay, WebhookReplayStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
-use kube::{Api, Client, ResourceExt};
-use serde_json::json;
+use kube::{Api, ResourceExt};
 
 use crate::conditions::{self, Desired};
-use crate::metrics::Metrics;
+use crate::reconcile::{self, Categorized, Plumbing};
 
 pub const KIND: &str = "WebhookReplay";
 /// Events older than this are gone from the event store (the chart's default).
@@ -35,8 +37,8 @@ pub enum Error {
     NoNamespace,
 }
 
-impl Error {
-    pub fn category(&self) -> &'static str {
+impl Categorized for Error {
+    fn category(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
             Error::NoNamespace => "invalid",
@@ -44,9 +46,11 @@ impl Error {
     }
 }
 
+/// A `WebhookReplay` as watched: decoded, or the reason it could not be.
+pub type Guarded = reconcile::Guarded<WebhookReplay>;
+
 pub struct Context {
-    pub client: Client,
-    pub metrics: Arc<Metrics>,
+    pub plumbing: Plumbing<WebhookReplay>,
 }
 
 /// Pure: the `Ready` condition of a replay, given whether its endpoint exists.
@@ -94,29 +98,15 @@ pub fn check(replay: &WebhookReplay, endpoint_exists: bool, now: Timestamp) -> D
     )
 }
 
-pub async fn reconcile(obj: Arc<WebhookReplay>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = apply(&obj, &ctx).await;
-    ctx.metrics.reconciled(
-        KIND,
-        started.elapsed(),
-        result.as_ref().err().map(Error::category),
-    );
-    result
-}
-
-pub fn error_policy(_obj: Arc<WebhookReplay>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(kind = KIND, category = error.category(), %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(5))
-}
-
-async fn apply(obj: &WebhookReplay, ctx: &Context) -> Result<Action, Error> {
-    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
-    let endpoints: Api<WebhookEndpoint> = Api::namespaced(ctx.client.clone(), &ns);
-    let exists = endpoints.get_opt(&obj.spec.endpoint).await?.is_some();
-    let old = obj.status.clone().unwrap_or_default();
+/// Pure: the status of `replay` given whether its endpoint exists.
+pub fn status(
+    replay: &WebhookReplay,
+    endpoint_exists: bool,
+    now: Timestamp,
+) -> WebhookReplayStatus {
+    let old = replay.status.clone().unwrap_or_default();
     let desired = [
-        check(obj, exists, Timestamp::now()),
+        check(replay, endpoint_exists, now),
         Desired::new(
             condition::COMPLETE,
             false,
@@ -124,26 +114,45 @@ async fn apply(obj: &WebhookReplay, ctx: &Context) -> Result<Action, Error> {
             "replay delivery is not carried out yet by this version of Herald",
         ),
     ];
-    let new = WebhookReplayStatus {
+    WebhookReplayStatus {
         conditions: conditions::merge(
             &old.conditions,
             &desired,
-            obj.metadata.generation,
-            &Time(Timestamp::now()),
+            replay.metadata.generation,
+            &Time(now),
         ),
-        observed_generation: obj.metadata.generation,
+        observed_generation: replay.metadata.generation,
         phase: Some(ReplayPhase::Pending),
         ..Default::default()
+    }
+}
+
+pub async fn reconcile(guard: Arc<Guarded>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let work = async {
+        match &guard.0 {
+            Ok(obj) => apply(obj, &ctx).await,
+            Err(invalid) => {
+                ctx.plumbing.report_undecodable(&guard, invalid).await;
+                Ok(Action::await_change())
+            }
+        }
     };
+    ctx.plumbing.instrument(&guard, work).await
+}
+
+pub fn error_policy(obj: Arc<Guarded>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.plumbing.error_policy(&obj, error)
+}
+
+async fn apply(obj: &WebhookReplay, ctx: &Context) -> Result<Action, Error> {
+    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+    let endpoints: Api<WebhookEndpoint> = Api::namespaced(ctx.plumbing.client.clone(), &ns);
+    let exists = endpoints.get_opt(&obj.spec.endpoint).await?.is_some();
+    let new = status(obj, exists, Timestamp::now());
     if obj.status.as_ref() != Some(&new) {
-        let api: Api<WebhookReplay> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = json!({"apiVersion": "herald.dev/v1alpha1", "kind": KIND, "status": new});
-        api.patch_status(
-            &obj.name_any(),
-            &PatchParams::apply(names::FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        ctx.plumbing
+            .apply_status(&ns, &obj.name_any(), names::FIELD_MANAGER, &new)
+            .await?;
     }
     // The retention check depends on the clock: look again later.
     Ok(Action::requeue(Duration::from_secs(3600)))
@@ -155,16 +164,16 @@ pub async fn run(
     namespace: Option<String>,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = ctx.client.clone();
+    let client = ctx.plumbing.client.clone();
     let controller = Controller::new(
-        crate::scoped_api::<WebhookReplay>(client.clone(), namespace.as_deref()),
+        crate::scoped_api::<Guarded>(client.clone(), namespace.as_deref()),
         watcher::Config::default(),
     );
     let store = controller.store();
     controller
         // A replay waiting for its endpoint becomes valid when the endpoint appears.
         .watches(
-            crate::scoped_api::<WebhookEndpoint>(client, namespace.as_deref()),
+            crate::scoped_api::<crate::endpoint::Guarded>(client, namespace.as_deref()),
             watcher::Config::default(),
             move |ep| {
                 let ns = ep.namespace();
@@ -172,11 +181,17 @@ pub async fn run(
                 store
                     .state()
                     .into_iter()
-                    .filter(|r| r.namespace() == ns && r.spec.endpoint == name)
-                    .map(|r| ObjectRef::from_obj(&*r))
+                    .filter(|guard| {
+                        guard
+                            .0
+                            .as_ref()
+                            .is_ok_and(|r| r.namespace() == ns && r.spec.endpoint == name)
+                    })
+                    .map(|guard| ObjectRef::from_obj(&*guard))
                     .collect::<Vec<_>>()
             },
         )
+        .trigger_backoff(reconcile::watch_backoff())
         .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
@@ -187,6 +202,7 @@ pub async fn run(
 mod tests {
     use super::*;
     use herald_core::v1alpha1::WebhookReplaySpec;
+    use serde_json::json;
 
     fn replay(from: &str) -> WebhookReplay {
         let spec: WebhookReplaySpec =

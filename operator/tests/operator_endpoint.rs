@@ -29,12 +29,14 @@ async fn a_valid_endpoint_becomes_ready_and_its_config_reaches_nats() {
     let ready = condition(&status.conditions, "Ready").unwrap();
     assert_eq!(ready.reason, "Accepted");
     assert_eq!(ready.observed_generation, obj.metadata.generation);
-    let shard = shard_for(&ctx.namespace, "orders", 16);
+    let shard = shard_for(&ctx.namespace, "orders", herald_e2e::dataplane::TEST_SHARDS);
     assert_eq!(status.shard, Some(shard));
-    assert_eq!(
-        status.state,
-        Some(herald_core::v1alpha1::EndpointState::Pending)
-    );
+    // `state` follows Ready, written by the health writer.
+    eventually("state Pending", WAIT, || async {
+        let obj = ctx.api::<WebhookEndpoint>().get("orders").await.ok()?;
+        (obj.status?.state == Some(herald_core::v1alpha1::EndpointState::Pending)).then_some(())
+    })
+    .await;
     assert!(
         obj.finalizers()
             .iter()
@@ -292,7 +294,7 @@ async fn health_reaches_status_at_most_once_per_interval() {
     );
 
     // Disabled: a condition that says how to re-enable, and a Warning Event.
-    health.disabled_reason = Some("Gone".into());
+    health.disabled_reason = Some(herald_core::dataplane::DisabledReason::Gone);
     health.disabled_message = Some("the receiver answered 410 Gone".into());
     put_health(&health_kv, &ctx.namespace, "orders", &health).await;
     let disabled = eventually("Disabled condition", WAIT, || async {
@@ -466,7 +468,7 @@ async fn metrics_and_probes_are_served() {
 }
 
 #[tokio::test]
-async fn an_undecodable_endpoint_is_reported_withdrawn_and_still_deletable() {
+async fn an_undecodable_endpoint_is_reported_held_and_still_deletable() {
     let ctx = TestContext::new("op-guard").await;
     let op = Operator::start(&ctx, "a", ALLOW_LOOPBACK);
     let (config_kv, _) = buckets(&ctx).await;
@@ -498,10 +500,13 @@ async fn an_undecodable_endpoint_is_reported_withdrawn_and_still_deletable() {
     )
     .await
     .unwrap();
-    eventually("config withdrawn", WAIT, || async {
-        kv_get(&config_kv, &key).await.is_none().then_some(())
+    // Held, not withdrawn: only deletion drops an endpoint's backlog.
+    let held = eventually("config held", WAIT, || async {
+        let config = kv_get(&config_kv, &key).await?;
+        (config["held"]["reason"] == json!("InvalidSpec")).then_some(config)
     })
     .await;
+    assert_eq!(held["url"], json!("https://127.0.0.1:8443/hook"));
     let text = eventually("a Warning Event", WAIT, || async {
         let text = events_text(&ctx).await;
         text.contains("cannot read this object").then_some(text)
@@ -516,5 +521,9 @@ async fn an_undecodable_endpoint_is_reported_withdrawn_and_still_deletable() {
         raw.get_opt("orders").await.ok()?.is_none().then_some(())
     })
     .await;
+    assert!(
+        kv_get(&config_kv, &key).await.is_none(),
+        "deletion withdraws the configuration"
+    );
     finish(ctx, vec![op]).await;
 }

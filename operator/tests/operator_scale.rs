@@ -6,6 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use herald_core::dataplane::BucketKey;
 use herald_core::v1alpha1::WebhookEndpoint;
 use herald_e2e::{TestContext, eventually};
 use kube::api::PostParams;
@@ -16,7 +17,6 @@ const ENDPOINTS: usize = 1000;
 
 /// Endpoint config entries of `ns` in `herald-config`.
 async fn config_keys(store: &async_nats::jetstream::kv::Store, ns: &str) -> usize {
-    let prefix = format!("ep.{ns}.");
     let keys: Vec<String> = store
         .keys()
         .await
@@ -24,7 +24,11 @@ async fn config_keys(store: &async_nats::jetstream::kv::Store, ns: &str) -> usiz
         .filter_map(|k| async move { k.ok() })
         .collect()
         .await;
-    keys.iter().filter(|k| k.starts_with(&prefix)).count()
+    keys.iter()
+        .filter(|k| {
+            matches!(BucketKey::parse(k), Some(BucketKey::Endpoint(key)) if key.namespace() == ns)
+        })
+        .count()
 }
 
 #[tokio::test]

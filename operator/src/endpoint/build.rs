@@ -1,220 +1,154 @@
-//! Pure builders: the `EndpointConfig` the dispatcher reads, and the status Herald
-//! writes.
+//! Pure builders of what the endpoint controller writes: the [`Publication`] in
+//! `herald-config` and its part of the status (`Ready`, `shard`, `observedGeneration`).
 //!
 //! Contract: no IO and no clock other than the `now` passed in, which only becomes a
-//! condition's `lastTransitionTime` when that condition flips; rendering the same inputs
-//! twice gives equal output, so an unchanged endpoint is never rewritten.
+//! condition's `lastTransitionTime` when that condition flips; the same inputs give equal
+//! output, so an unchanged endpoint is never rewritten.
+//!
+//! Holds: only a deleted resource loses its configuration. A resource that exists but
+//! does not validate right now keeps its last good configuration, re-published with
+//! `held` set (the dispatchers deliver nothing and keep the backlog) until it validates
+//! again; one that never validated has nothing to keep.
 
-use herald_core::dataplane::{EndpointConfig, EndpointHealth};
-use herald_core::names::{self, condition, reason};
-use herald_core::v1alpha1::{
-    CircuitState, EndpointState, LastDelivery, WebhookEndpoint, WebhookEndpointStatus,
-};
+use herald_core::dataplane::{EndpointConfig, Hold};
+use herald_core::names::{condition, reason};
+use herald_core::v1alpha1::{WebhookEndpoint, WebhookEndpointStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 
 use super::validate::Invalid;
 use crate::conditions::{self, Desired};
 
-/// The compiled configuration of a valid endpoint.
+/// What `herald-config` should hold for an endpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Publication {
+    /// Valid: its fresh configuration, not held.
+    Fresh(EndpointConfig),
+    /// Present but not valid right now: the last good configuration, held.
+    Held(EndpointConfig),
+    /// Not valid and never was: nothing to deliver with, nothing to keep.
+    Nothing,
+    /// The entry belongs to an endpoint of the same name that was deleted (another
+    /// uid): withdraw it.
+    Stale,
+}
+
+impl Publication {
+    /// The configuration the entry should hold, if any.
+    pub fn config(&self) -> Option<&EndpointConfig> {
+        match self {
+            Self::Fresh(config) | Self::Held(config) => Some(config),
+            Self::Nothing | Self::Stale => None,
+        }
+    }
+}
+
+/// The configuration of a valid endpoint on `shard`.
 pub fn config(obj: &WebhookEndpoint, shard: u32) -> EndpointConfig {
-    let spec = &obj.spec;
-    EndpointConfig {
-        namespace: obj.namespace().unwrap_or_default(),
-        name: obj.name_any(),
-        uid: obj.uid().unwrap_or_default(),
-        generation: obj.metadata.generation.unwrap_or_default(),
-        url: spec.url.clone(),
-        event_types: spec.event_types.clone(),
-        secret: spec.secret_ref.name.clone(),
-        ordered: spec.ordered,
-        ordering_key: spec.ordering_key.clone(),
-        paused: spec.paused,
-        delivery: std::sync::Arc::new(spec.delivery.clone()),
-        headers: spec.headers.clone(),
-        shard,
-        enable_token: obj.annotations().get(names::ENABLE_ANNOTATION).cloned(),
+    EndpointConfig::from_spec(obj, shard)
+}
+
+/// What to publish for `obj` given its validation outcome (the shard when valid) and
+/// the entry `herald-config` holds now.
+pub fn publication(
+    obj: &WebhookEndpoint,
+    validity: &Result<u32, Invalid>,
+    current: Option<EndpointConfig>,
+) -> Publication {
+    match validity {
+        Ok(shard) => Publication::Fresh(config(obj, *shard)),
+        Err(invalid) => hold(
+            current,
+            obj.metadata.uid.as_deref().unwrap_or_default(),
+            invalid,
+        ),
     }
 }
 
-fn time_ms(ms: u64) -> Option<Time> {
-    i64::try_from(ms)
-        .ok()
-        .and_then(|ms| Timestamp::from_millisecond(ms).ok())
-        .map(Time)
-}
-
-/// `998` → `99.8%`.
-pub fn success_rate(permille: u32) -> String {
-    let permille = permille.min(1000);
-    format!("{}.{}%", permille / 10, permille % 10)
-}
-
-/// `120` → `120ms`, `2500` → `2.5s`.
-pub fn latency(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else {
-        format!("{}.{}s", ms / 1000, (ms % 1000) / 100)
+/// Holds the `current` entry of the endpoint with `uid` for `why`.
+pub fn hold(current: Option<EndpointConfig>, uid: &str, why: &Invalid) -> Publication {
+    match current {
+        Some(mut config) if config.uid == uid => {
+            config.held = Some(Hold {
+                reason: why.reason.to_owned(),
+                message: why.message.clone(),
+            });
+            Publication::Held(config)
+        }
+        Some(_) => Publication::Stale,
+        None => Publication::Nothing,
     }
 }
 
-/// The command that re-enables a disabled endpoint.
-pub fn enable_hint(obj: &WebhookEndpoint) -> String {
+/// The `Ready` message of an endpoint whose deliveries are held.
+pub fn held_message(why: &str) -> String {
     format!(
-        "kubectl annotate webhookendpoint {} -n {} {}=$(date +%s) --overwrite",
-        obj.name_any(),
-        obj.namespace().unwrap_or_default(),
-        names::ENABLE_ANNOTATION
+        "{why}. Deliveries are held with the last valid configuration; events keep queueing \
+         and are delivered once this is fixed"
     )
 }
 
-/// The status of an endpoint: `validity` is the validation outcome (the shard when
-/// valid), `health` what the data plane last reported about this very endpoint (uid
-/// already checked).
+/// The part of the status this controller owns: `observedGeneration`, `shard` and the
+/// `Ready` condition.
 pub fn status(
     obj: &WebhookEndpoint,
     validity: &Result<u32, Invalid>,
-    health: Option<&EndpointHealth>,
+    publication: &Publication,
     now: &Time,
 ) -> WebhookEndpointStatus {
     let old = obj.status.clone().unwrap_or_default();
     let generation = obj.metadata.generation;
-    let mut status = WebhookEndpointStatus {
-        observed_generation: generation,
-        ..Default::default()
+    let ready = match (validity, publication) {
+        (Ok(shard), _) => Desired::new(
+            condition::READY,
+            true,
+            reason::ACCEPTED,
+            format!("configuration published to the data plane (shard {shard})"),
+        ),
+        (Err(invalid), Publication::Held(_)) => Desired::new(
+            condition::READY,
+            false,
+            invalid.reason,
+            held_message(&invalid.message),
+        ),
+        (Err(invalid), _) => Desired::new(
+            condition::READY,
+            false,
+            invalid.reason,
+            invalid.message.clone(),
+        ),
     };
-    let mut desired = Vec::new();
-    match validity {
-        Err(invalid) => {
-            desired.push(Desired::new(
-                condition::READY,
-                false,
-                invalid.reason,
-                invalid.message.clone(),
-            ));
-        }
-        Ok(shard) => {
-            status.shard = Some(*shard);
-            desired.push(Desired::new(
-                condition::READY,
-                true,
-                reason::ACCEPTED,
-                format!("configuration published to the data plane (shard {shard})"),
-            ));
-            status.state = Some(EndpointState::Pending);
-            if let Some(h) = health {
-                apply_health(obj, h, &mut status, &mut desired);
-            }
-            if obj.spec.paused {
-                status.state = Some(EndpointState::Paused);
-            }
-        }
+    WebhookEndpointStatus {
+        observed_generation: generation,
+        shard: publication.config().map(|c| c.shard),
+        conditions: conditions::merge(&old.conditions, &[ready], generation, now),
+        ..Default::default()
     }
-    status.conditions = conditions::merge(&old.conditions, &desired, generation, now);
-    status
 }
 
-fn apply_health(
-    obj: &WebhookEndpoint,
-    h: &EndpointHealth,
-    status: &mut WebhookEndpointStatus,
-    desired: &mut Vec<Desired>,
-) {
-    status.circuit = h.circuit;
-    status.concurrency_limit = h.concurrency_limit;
-    status.backlog = h.backlog;
-    status.oldest_pending = h.oldest_pending_ms.and_then(time_ms);
-    status.first_failure = h.first_failure_ms.and_then(time_ms);
-    status.success_rate = h.success_permille.map(success_rate);
-    status.p95_latency = h.p95_latency_ms.map(latency);
-    status.last_delivery = h.last_delivery.as_ref().and_then(|d| {
-        Some(LastDelivery {
-            event_id: d.event_id.clone(),
-            http_status: d.http_status,
-            outcome: d.outcome.clone(),
-            latency_ms: d.latency_ms,
-            time: time_ms(d.time_ms)?,
-        })
-    });
-    let disabled = h.disabled_reason.as_deref().map(|r| {
-        if r == reason::GONE {
-            reason::GONE
-        } else {
-            reason::SUSTAINED_FAILURE
-        }
-    });
-    status.state = Some(match (disabled, h.state) {
-        (Some(_), _) => EndpointState::Disabled,
-        (None, Some(state)) => state,
-        (None, None) => EndpointState::Active,
-    });
-    let healthy = match (disabled, h.circuit, status.state) {
-        (Some(why), _, _) => Desired::new(
-            condition::HEALTHY,
-            false,
-            why,
-            "deliveries are stopped; see the Disabled condition",
-        ),
-        (None, Some(CircuitState::Open), _) => Desired::new(
-            condition::HEALTHY,
-            false,
-            reason::CIRCUIT_OPEN,
-            "the circuit breaker is open after consecutive failures; only probe requests are sent",
-        ),
-        (None, _, Some(EndpointState::Degraded)) => Desired::new(
-            condition::HEALTHY,
-            false,
-            reason::DEGRADED,
-            format!(
-                "deliveries fail or are slow (success {}, p95 {})",
-                status.success_rate.as_deref().unwrap_or("n/a"),
-                status.p95_latency.as_deref().unwrap_or("n/a")
-            ),
-        ),
-        _ => Desired::new(
-            condition::HEALTHY,
-            true,
-            reason::DELIVERING,
-            "deliveries succeed",
-        ),
-    };
-    desired.push(healthy);
-    desired.push(match disabled {
-        Some(why) => {
-            let detail = h
-                .disabled_message
-                .clone()
-                .unwrap_or_else(|| "deliveries to this endpoint are stopped".into());
-            Desired::new(
-                condition::DISABLED,
-                true,
-                why,
-                format!(
-                    "{detail}. Events keep queueing. Re-enable once the receiver is fixed: {}",
-                    enable_hint(obj)
-                ),
-            )
-        }
-        None => Desired::new(
-            condition::DISABLED,
-            false,
-            reason::ENABLED,
-            "deliveries are enabled",
-        ),
-    });
+/// The fields of `status` that [`status`] renders, to compare with its output.
+pub fn owned(status: &WebhookEndpointStatus) -> WebhookEndpointStatus {
+    WebhookEndpointStatus {
+        observed_generation: status.observed_generation,
+        shard: status.shard,
+        conditions: status
+            .conditions
+            .iter()
+            .filter(|c| c.type_ == condition::READY)
+            .cloned()
+            .collect(),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::validate::Invalid;
     use herald_core::v1alpha1::WebhookEndpointSpec;
+    use k8s_openapi::jiff::Timestamp;
 
-    fn endpoint() -> WebhookEndpoint {
+    fn endpoint(url: &str) -> WebhookEndpoint {
         let spec: WebhookEndpointSpec = serde_json::from_value(serde_json::json!({
-            "url": "https://hooks.example.com/", "eventTypes": ["order.*"], "secretRef": {"name": "s"}
+            "url": url, "eventTypes": ["order.*"], "secretRef": {"name": "s"}
         }))
         .unwrap();
         let mut obj = WebhookEndpoint::new("orders", spec);
@@ -228,19 +162,28 @@ mod tests {
         Time(Timestamp::from_second(1_800_000_000).unwrap())
     }
 
-    #[test]
-    fn formats_match_the_printer_columns() {
-        assert_eq!(success_rate(998), "99.8%");
-        assert_eq!(success_rate(1000), "100.0%");
-        assert_eq!(latency(120), "120ms");
-        assert_eq!(latency(2500), "2.5s");
+    fn unresolvable() -> Invalid {
+        Invalid {
+            reason: reason::URL_UNRESOLVABLE,
+            message: "spec.url: host x.invalid does not resolve".into(),
+            retry: None,
+        }
     }
 
     #[test]
-    fn a_valid_endpoint_without_health_is_pending_on_its_shard() {
-        let obj = endpoint();
-        let status = status(&obj, &Ok(7), None, &now());
-        assert_eq!(status.state, Some(EndpointState::Pending));
+    fn a_valid_endpoint_is_published_fresh_and_ready_on_its_shard() {
+        let obj = endpoint("https://hooks.example.com/");
+        let mut old = config(&obj, 7);
+        old.held = Some(Hold {
+            reason: "SecretNotReady".into(),
+            message: "no".into(),
+        });
+        let publication = publication(&obj, &Ok(7), Some(old));
+        let Publication::Fresh(config) = &publication else {
+            panic!("{publication:?}")
+        };
+        assert_eq!(config.held, None, "validating again releases the hold");
+        let status = status(&obj, &Ok(7), &publication, &now());
         assert_eq!(status.shard, Some(7));
         assert!(conditions::is_true(&status.conditions, condition::READY));
         assert_eq!(status.conditions[0].observed_generation, Some(3));
@@ -248,45 +191,69 @@ mod tests {
         again.status = Some(status.clone());
         let later = Time(Timestamp::from_second(1_800_000_100).unwrap());
         assert_eq!(
-            super::status(&again, &Ok(7), None, &later),
+            super::status(&again, &Ok(7), &publication, &later),
             status,
             "rendering is stable"
         );
+        assert_eq!(owned(&status), status);
     }
 
     #[test]
-    fn an_invalid_endpoint_says_why() {
+    fn an_endpoint_that_stops_validating_keeps_its_last_good_config_held() {
+        let good = endpoint("https://hooks.example.com/");
+        let current = config(&good, 7);
+        let mut edited = endpoint("https://x.invalid/");
+        edited.metadata.generation = Some(4);
+        let validity = Err(unresolvable());
+        let publication = publication(&edited, &validity, Some(current.clone()));
+        let Publication::Held(held) = &publication else {
+            panic!("{publication:?}")
+        };
+        assert_eq!(
+            held.url, "https://hooks.example.com/",
+            "the last good URL is kept"
+        );
+        assert_eq!(held.generation, 3);
+        let hold = held.held.as_ref().unwrap();
+        assert_eq!(hold.reason, reason::URL_UNRESOLVABLE);
+        assert!(hold.message.contains("x.invalid"), "{}", hold.message);
+
+        let status = status(&edited, &validity, &publication, &now());
+        let ready = conditions::find(&status.conditions, condition::READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "UrlUnresolvable")
+        );
+        assert!(ready.message.contains("x.invalid"), "{}", ready.message);
+        assert!(
+            ready.message.contains("events keep queueing"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(status.shard, Some(7), "the lanes stay where they are");
+    }
+
+    #[test]
+    fn an_endpoint_that_never_validated_has_nothing_to_hold() {
+        let obj = endpoint("https://10.0.0.1/");
         let invalid = Invalid {
             reason: reason::URL_FORBIDDEN,
             message: "spec.url: no".into(),
             retry: None,
         };
-        let status = status(&endpoint(), &Err(invalid), None, &now());
-        assert_eq!(status.state, None);
+        let validity = Err(invalid);
+        let publication = publication(&obj, &validity, None);
+        assert_eq!(publication, Publication::Nothing);
+        let status = status(&obj, &validity, &publication, &now());
+        assert_eq!(status.shard, None);
         assert_eq!(status.conditions[0].reason, reason::URL_FORBIDDEN);
-        assert_eq!(status.conditions[0].status, "False");
-    }
-
-    #[test]
-    fn disabled_health_tells_how_to_re_enable() {
-        let health = EndpointHealth {
-            uid: "u1".into(),
-            disabled_reason: Some("Gone".into()),
-            disabled_message: Some("the receiver answered 410 Gone".into()),
-            success_permille: Some(0),
-            ..Default::default()
-        };
-        let status = status(&endpoint(), &Ok(1), Some(&health), &now());
-        assert_eq!(status.state, Some(EndpointState::Disabled));
-        let disabled = conditions::find(&status.conditions, condition::DISABLED).unwrap();
+        assert_eq!(status.conditions[0].message, "spec.url: no");
+        // An entry left by a deleted endpoint of the same name is not held for this one.
+        let mut stale = config(&obj, 1);
+        stale.uid = "u0".into();
         assert_eq!(
-            (disabled.status.as_str(), disabled.reason.as_str()),
-            ("True", "Gone")
-        );
-        assert!(
-            disabled.message.contains("kubectl annotate webhookendpoint orders -n shop herald.dev/enable=$(date +%s) --overwrite"),
-            "{}",
-            disabled.message
+            super::publication(&obj, &validity, Some(stale)),
+            Publication::Stale
         );
     }
 }

@@ -1,10 +1,13 @@
 //! Validation of a `WebhookEndpoint` beyond what the CRD schema can check.
 //!
-//! Contract: [`check_spec`] is pure (patterns, URL form, IP-literal hosts); [`resolve`]
-//! resolves the host and checks every address; [`check_secret`] is pure over the
-//! dereferenced `SigningSecret`. Each failure is an [`Invalid`] with a reason from
-//! `herald_core::names::reason` and a message a tenant can act on.
+//! Contract: [`lookup`] is the only IO (DNS); everything else is pure:
+//! [`check_spec`] (patterns, URL form, IP-literal hosts), [`check_addresses`] (every
+//! address the host resolved to), [`check_secret`] (the dereferenced `SigningSecret`),
+//! and [`endpoint`], which combines them in the order a tenant should fix things. Each
+//! failure is an [`Invalid`] with a reason from `herald_core::names::reason` and a
+//! message a tenant can act on.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use herald_core::names::{condition, reason};
@@ -29,7 +32,7 @@ pub struct Invalid {
 }
 
 impl Invalid {
-    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             reason,
             message: message.into(),
@@ -53,15 +56,41 @@ pub fn check_spec(spec: &WebhookEndpointSpec, policy: &AddressPolicy) -> Result<
         .map_err(|e| Invalid::new(reason::URL_FORBIDDEN, format!("spec.url: {e}")))
 }
 
-/// Resolves the URL's host (when it is a name) and checks every address it resolves to.
-/// A resolution failure is not a refusal: it is reported as `UrlUnresolvable` and
-/// retried, since the name may simply not exist yet.
-pub async fn resolve(url: &url::Url, policy: &AddressPolicy) -> Result<(), Invalid> {
+/// What the host of an endpoint URL resolved to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Addresses(Vec<IpAddr>),
+    /// The lookup failed or timed out; the detail is for the tenant.
+    Failed(String),
+}
+
+/// Resolves the URL's host; `None` when the host is an IP literal (nothing to look up).
+pub async fn lookup(url: &url::Url) -> Option<Lookup> {
     let Some(url::Host::Domain(host)) = url.host() else {
-        return Ok(());
+        return None;
     };
     let port = url.port_or_known_default().unwrap_or(443);
-    let unresolvable = |detail: String| Invalid {
+    let found = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await;
+    Some(match found {
+        Ok(Ok(addrs)) => Lookup::Addresses(addrs.map(|a| a.ip()).collect()),
+        Ok(Err(e)) => Lookup::Failed(e.to_string()),
+        Err(_) => Lookup::Failed("timed out".into()),
+    })
+}
+
+/// Checks every address the URL's host resolved to. A resolution failure is not a
+/// refusal: it is reported as `UrlUnresolvable` and retried, since the name may simply
+/// not exist yet.
+pub fn check_addresses(
+    url: &url::Url,
+    lookup: Option<&Lookup>,
+    policy: &AddressPolicy,
+) -> Result<(), Invalid> {
+    let Some(lookup) = lookup else {
+        return Ok(());
+    };
+    let host = url.host_str().unwrap_or_default();
+    let unresolvable = |detail: &str| Invalid {
         reason: reason::URL_UNRESOLVABLE,
         message: format!(
             "spec.url: host {host} does not resolve ({detail}); Herald retries every {}s",
@@ -69,17 +98,13 @@ pub async fn resolve(url: &url::Url, policy: &AddressPolicy) -> Result<(), Inval
         ),
         retry: Some(UNRESOLVABLE_RETRY),
     };
-    let addrs =
-        match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
-            Ok(Ok(addrs)) => addrs.collect::<Vec<_>>(),
-            Ok(Err(e)) => return Err(unresolvable(e.to_string())),
-            Err(_) => return Err(unresolvable("timed out".into())),
-        };
-    if addrs.is_empty() {
-        return Err(unresolvable("no addresses".into()));
-    }
+    let addrs = match lookup {
+        Lookup::Failed(detail) => return Err(unresolvable(detail)),
+        Lookup::Addresses(addrs) if addrs.is_empty() => return Err(unresolvable("no addresses")),
+        Lookup::Addresses(addrs) => addrs,
+    };
     for addr in addrs {
-        policy.check_ip(addr.ip()).map_err(|e| {
+        policy.check_ip(*addr).map_err(|e| {
             Invalid::new(
                 reason::URL_FORBIDDEN,
                 format!("spec.url: host {host} resolves to {e}"),
@@ -87,6 +112,26 @@ pub async fn resolve(url: &url::Url, policy: &AddressPolicy) -> Result<(), Inval
         })?;
     }
     Ok(())
+}
+
+/// [`lookup`] then [`check_addresses`].
+pub async fn resolve(url: &url::Url, policy: &AddressPolicy) -> Result<(), Invalid> {
+    check_addresses(url, lookup(url).await.as_ref(), policy)
+}
+
+/// The whole validation of an endpoint, given what was dereferenced: `url` is the
+/// outcome of [`check_spec`]. The URL first: a forbidden destination is the problem to
+/// report even while the secret is still being created.
+pub fn endpoint(
+    url: &Result<url::Url, Invalid>,
+    lookup: Option<&Lookup>,
+    policy: &AddressPolicy,
+    secret_name: &str,
+    secret: Option<&SigningSecret>,
+) -> Result<(), Invalid> {
+    let url = url.as_ref().map_err(Clone::clone)?;
+    check_addresses(url, lookup, policy)?;
+    check_secret(secret_name, secret)
 }
 
 /// The referenced `SigningSecret` must exist and have an active key.
@@ -156,6 +201,22 @@ mod tests {
     }
 
     #[test]
+    fn the_url_is_reported_before_the_secret() {
+        let policy = AddressPolicy::default();
+        let url = url::Url::parse("https://hooks.example.com/").unwrap();
+        let private = Lookup::Addresses(vec!["10.1.2.3".parse().unwrap()]);
+        let err = endpoint(&Ok(url.clone()), Some(&private), &policy, "s", None).unwrap_err();
+        assert_eq!(err.reason, reason::URL_FORBIDDEN);
+        let failed = Lookup::Failed("NXDOMAIN".into());
+        let err = endpoint(&Ok(url.clone()), Some(&failed), &policy, "s", None).unwrap_err();
+        assert_eq!(err.reason, reason::URL_UNRESOLVABLE);
+        assert_eq!(err.retry, Some(UNRESOLVABLE_RETRY));
+        let public = Lookup::Addresses(vec!["93.184.215.14".parse().unwrap()]);
+        let err = endpoint(&Ok(url), Some(&public), &policy, "s", None).unwrap_err();
+        assert_eq!(err.reason, reason::SECRET_NOT_FOUND);
+    }
+
+    #[test]
     fn secrets_must_exist_and_be_ready() {
         assert_eq!(
             check_secret("s", None).unwrap_err().reason,
@@ -186,6 +247,16 @@ mod tests {
                 .is_ok()
         );
         let nowhere = url::Url::parse("https://does-not-exist.invalid/").unwrap();
+        assert_eq!(
+            check_addresses(
+                &nowhere,
+                Some(&Lookup::Addresses(vec![])),
+                &AddressPolicy::default()
+            )
+            .unwrap_err()
+            .reason,
+            reason::URL_UNRESOLVABLE
+        );
         assert_eq!(
             resolve(&nowhere, &AddressPolicy::default())
                 .await

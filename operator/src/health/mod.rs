@@ -1,13 +1,15 @@
-//! Health → status: watches the `herald-health` bucket and decides when an endpoint's
-//! status may show new health.
+//! Health → status: watches the `herald-health` bucket and feeds the health writer.
 //!
-//! Contract: the endpoint controller is the only writer of `WebhookEndpoint` status
-//! (one field manager, one complete status, no two writers racing). This module feeds it:
-//! it keeps the latest record per endpoint and *publishes* it into [`Published`] — which
-//! is what the controller renders — at most once per endpoint per `interval`, then
-//! triggers a reconcile. However often dispatchers report, and however often the
-//! endpoint reconciles for other reasons, its health fields change at most once per
-//! interval.
+//! Contract: [`run`] keeps the latest record per endpoint and *publishes* it into
+//! [`Published`] — what the health writer ([`writer`]) renders — at most once per endpoint
+//! per `interval` ([`coalesce`]), then triggers the writer for that endpoint. However
+//! often dispatchers report, an endpoint's health fields change at most once per
+//! interval, and a health update costs one status patch: no DNS lookup, no API read, no
+//! KV read. [`Published::synced`] resolves once the bucket's existing records are loaded,
+//! so a new leader does not first write "no health" over every endpoint's status.
+
+pub mod coalesce;
+pub mod writer;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,20 +18,48 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
-use herald_core::dataplane::{EndpointHealth, EndpointKey};
-use herald_core::v1alpha1::WebhookEndpoint;
+use herald_core::dataplane::{BucketKey, EndpointHealth, EndpointKey};
 use kube::runtime::reflector::ObjectRef;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::endpoint::Guarded;
+use coalesce::Coalescer;
+
+/// Give up waiting for the initial records after this long: status without health is
+/// better than no status.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The health each endpoint's status shows now.
-#[derive(Default)]
 pub struct Published {
     map: Mutex<HashMap<EndpointKey, EndpointHealth>>,
+    synced: watch::Sender<bool>,
+}
+
+impl Default for Published {
+    fn default() -> Self {
+        Self {
+            map: Mutex::default(),
+            synced: watch::Sender::new(false),
+        }
+    }
 }
 
 impl Published {
     pub fn get(&self, key: &EndpointKey) -> Option<EndpointHealth> {
         self.lock().get(key).cloned()
+    }
+
+    /// Resolves once the records that existed when watching began are published (or
+    /// after [`SYNC_TIMEOUT`]).
+    pub async fn synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = tokio::time::timeout(SYNC_TIMEOUT, rx.wait_for(|synced| *synced)).await;
+    }
+
+    fn mark_synced(&self) {
+        self.synced
+            .send_if_modified(|synced| !std::mem::replace(synced, true));
     }
 
     fn set(&self, key: EndpointKey, health: Option<EndpointHealth>) {
@@ -47,73 +77,61 @@ impl Published {
     }
 }
 
-/// Decides when pending health may be published: the pure half of this module.
-#[derive(Default)]
-pub struct Coalescer {
-    interval: Duration,
-    last: HashMap<EndpointKey, Instant>,
-    pending: HashMap<EndpointKey, Option<EndpointHealth>>,
+/// A record from the bucket: the endpoint and its health (`None`: deleted).
+fn decode(entry: &kv::Entry) -> Option<(EndpointKey, Option<EndpointHealth>)> {
+    let Some(BucketKey::Endpoint(key)) = BucketKey::parse(&entry.key) else {
+        return None;
+    };
+    let health = match entry.operation {
+        kv::Operation::Put => match serde_json::from_slice::<EndpointHealth>(&entry.value) {
+            Ok(h) => Some(h),
+            Err(error) => {
+                tracing::warn!(key = entry.key, %error, "ignoring a malformed health record");
+                return None;
+            }
+        },
+        _ => None,
+    };
+    Some((key, health))
 }
 
-impl Coalescer {
-    pub fn new(interval: Duration) -> Self {
-        Self {
-            interval,
-            ..Default::default()
+/// What the watch feeds: the coalescer, the published health and the writer's trigger.
+struct Feed {
+    coalescer: Coalescer,
+    published: Arc<Published>,
+    trigger: UnboundedSender<ObjectRef<Guarded>>,
+    namespace: Option<String>,
+}
+
+impl Feed {
+    fn publish(&self, (key, health): (EndpointKey, Option<EndpointHealth>)) {
+        let obj = ObjectRef::new(&key.name()).within(key.namespace());
+        self.published.set(key, health);
+        let _ = self.trigger.unbounded_send(obj);
+    }
+
+    /// Publishes what became due.
+    fn tick(&mut self) {
+        for ready in self.coalescer.due(Instant::now()) {
+            self.publish(ready);
         }
     }
 
-    /// Records a new value; returns it at once when the endpoint's last publication is
-    /// at least an interval ago.
-    pub fn offer(
-        &mut self,
-        key: EndpointKey,
-        health: Option<EndpointHealth>,
-        now: Instant,
-    ) -> Option<(EndpointKey, Option<EndpointHealth>)> {
-        let due = self
-            .last
-            .get(&key)
-            .is_none_or(|last| now.duration_since(*last) >= self.interval);
-        if due {
-            self.pending.remove(&key);
-            self.last.insert(key.clone(), now);
-            Some((key, health))
-        } else {
-            self.pending.insert(key, health);
-            None
+    /// Takes one record from the bucket.
+    fn record(&mut self, entry: &kv::Entry) {
+        let namespace = self.namespace.as_deref();
+        let record =
+            decode(entry).filter(|(key, _)| namespace.is_none_or(|ns| ns == key.namespace()));
+        if let Some((key, health)) = record {
+            if self.published.get(&key) == health {
+                self.coalescer.cancel(&key);
+            } else if let Some(ready) = self.coalescer.offer(key, health, Instant::now()) {
+                self.publish(ready);
+            }
         }
-    }
-
-    /// Forgets a pending value: the endpoint went back to what its status shows.
-    pub fn cancel(&mut self, key: &EndpointKey) {
-        self.pending.remove(key);
-    }
-
-    /// Pending values whose interval has passed.
-    pub fn due(&mut self, now: Instant) -> Vec<(EndpointKey, Option<EndpointHealth>)> {
-        let interval = self.interval;
-        let last = &mut self.last;
-        let ready: Vec<EndpointKey> = self
-            .pending
-            .keys()
-            .filter(|k| {
-                last.get(*k)
-                    .is_none_or(|t| now.duration_since(*t) >= interval)
-            })
-            .cloned()
-            .collect();
-        // Forget endpoints that have been quiet for a while, so the map does not grow
-        // with every endpoint ever seen.
-        last.retain(|_, t| now.duration_since(*t) < interval * 2);
-        ready
-            .into_iter()
-            .filter_map(|k| {
-                let health = self.pending.remove(&k)?;
-                self.last.insert(k.clone(), now);
-                Some((k, health))
-            })
-            .collect()
+        if entry.delta == 0 || entry.seen_current {
+            self.published.mark_synced();
+        }
     }
 }
 
@@ -121,23 +139,27 @@ impl Coalescer {
 pub async fn run(
     store: kv::Store,
     published: Arc<Published>,
-    trigger: UnboundedSender<ObjectRef<WebhookEndpoint>>,
+    trigger: UnboundedSender<ObjectRef<Guarded>>,
     interval: Duration,
     namespace: Option<String>,
     stop: impl Future<Output = ()>,
 ) {
-    let mut coalescer = Coalescer::new(interval);
+    let mut feed = Feed {
+        coalescer: Coalescer::new(interval),
+        published,
+        trigger,
+        namespace,
+    };
     let mut tick = tokio::time::interval(
         (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),
     );
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let publish = |(key, health): (EndpointKey, Option<EndpointHealth>)| {
-        let obj = ObjectRef::new(&key.name()).within(key.namespace());
-        published.set(key, health);
-        let _ = trigger.unbounded_send(obj);
-    };
     tokio::pin!(stop);
     'outer: loop {
+        // An empty bucket sends nothing to wait for.
+        if store.status().await.is_ok_and(|s| s.values() == 0) {
+            feed.published.mark_synced();
+        }
         // Latest value of every key first (a restarted operator must see existing health),
         // then every change; `watch_all` would only deliver changes.
         let mut watch = match store.watch_with_history(">").await {
@@ -153,33 +175,9 @@ pub async fn run(
         loop {
             tokio::select! {
                 _ = &mut stop => break 'outer,
-                _ = tick.tick() => coalescer.due(Instant::now()).into_iter().for_each(publish),
+                _ = tick.tick() => feed.tick(),
                 entry = watch.next() => match entry {
-                    Some(Ok(entry)) => {
-                        let Some(key) = entry.key.strip_prefix("ep.").and_then(EndpointKey::parse) else {
-                            continue;
-                        };
-                        if namespace.as_deref().is_some_and(|ns| ns != key.namespace()) {
-                            continue;
-                        }
-                        let health = match entry.operation {
-                            kv::Operation::Put => match serde_json::from_slice::<EndpointHealth>(&entry.value) {
-                                Ok(h) => Some(h),
-                                Err(error) => {
-                                    tracing::warn!(key = entry.key, %error, "ignoring a malformed health record");
-                                    continue;
-                                }
-                            },
-                            _ => None,
-                        };
-                        if published.get(&key) == health {
-                            coalescer.cancel(&key);
-                            continue;
-                        }
-                        if let Some(ready) = coalescer.offer(key, health, Instant::now()) {
-                            publish(ready);
-                        }
-                    }
+                    Some(Ok(entry)) => feed.record(&entry),
                     Some(Err(error)) => {
                         tracing::warn!(%error, "herald-health watch failed; re-watching");
                         continue 'outer;
@@ -188,50 +186,5 @@ pub async fn run(
                 },
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn health(permille: u32) -> Option<EndpointHealth> {
-        Some(EndpointHealth {
-            success_permille: Some(permille),
-            ..Default::default()
-        })
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn at_most_one_publication_per_interval() {
-        let key = EndpointKey::new("ns", "ep");
-        let mut c = Coalescer::new(Duration::from_secs(10));
-        let t0 = Instant::now();
-        assert!(c.offer(key.clone(), health(1), t0).is_some());
-        assert!(
-            c.offer(key.clone(), health(2), t0 + Duration::from_secs(1))
-                .is_none()
-        );
-        assert!(
-            c.offer(key.clone(), health(3), t0 + Duration::from_secs(2))
-                .is_none()
-        );
-        assert!(c.due(t0 + Duration::from_secs(9)).is_empty());
-        let due = c.due(t0 + Duration::from_secs(10));
-        assert_eq!(
-            due,
-            vec![(key.clone(), health(3))],
-            "only the latest is published"
-        );
-        assert!(c.due(t0 + Duration::from_secs(30)).is_empty());
-        // Other endpoints are not held back.
-        assert!(
-            c.offer(
-                EndpointKey::new("ns", "other"),
-                health(5),
-                t0 + Duration::from_secs(11)
-            )
-            .is_some()
-        );
     }
 }

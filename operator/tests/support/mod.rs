@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv};
 use herald_core::dataplane::{CONFIG_BUCKET, HEALTH_BUCKET};
 use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
-use herald_e2e::{TestContext, env, eventually};
+use herald_e2e::{TestContext, TestEnv, env, eventually};
 use herald_operator::Config;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::PostParams;
@@ -29,11 +29,19 @@ impl Operator {
     /// Starts an operator reconciling only `ctx`'s namespace, with its Lease there too.
     /// `extra` are additional flags.
     pub fn start(ctx: &TestContext, identity: &str, extra: &[&str]) -> Self {
-        let kubeconfig = env().kubeconfig();
+        Self::start_in(env(), ctx, identity, extra)
+    }
+
+    /// [`Operator::start`] against the environment `env`.
+    pub fn start_in(env: &TestEnv, ctx: &TestContext, identity: &str, extra: &[&str]) -> Self {
+        let kubeconfig = env.kubeconfig();
         let mut args = vec![
             "herald-operator".to_owned(),
             "--nats-url".into(),
-            env().nats_url().into(),
+            env.nats_url().into(),
+            // One shard count per NATS: the test dispatchers run with it too.
+            "--shards".into(),
+            herald_e2e::dataplane::TEST_SHARDS.to_string(),
             "--namespace".into(),
             ctx.namespace.clone(),
             "--lease-namespace".into(),
@@ -56,6 +64,11 @@ impl Operator {
             stop: Some(tx),
             task: Some(task),
         }
+    }
+
+    /// Whether `run` is still running (it returns only on shutdown or a fatal error).
+    pub fn is_running(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// Graceful shutdown; returns what `run` returned.

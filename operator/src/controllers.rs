@@ -1,0 +1,132 @@
+//! One leadership term: every controller and the health watch, started together and
+//! stopped together.
+//!
+//! Contract: [`Term::start`] builds fresh state (stores, published health, the endpoint
+//! gauge) so a term never sees a previous one's; [`Term::stop`] asks everything to stop,
+//! waits at most `grace`, then aborts what is left — a replica that lost the Lease must
+//! not write after it could have expired.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use herald_core::ssrf::AddressPolicy;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use crate::metrics::{EndpointStates, Metrics};
+use crate::reconcile::Plumbing;
+use crate::{endpoint, health, nats, replay, signing_secret};
+
+/// What every term is built from.
+pub struct Setup {
+    pub client: Client,
+    pub buckets: nats::Buckets,
+    pub policy: AddressPolicy,
+    pub shards: u32,
+    pub status_interval: Duration,
+    pub namespace: Option<String>,
+    pub metrics: Arc<Metrics>,
+    pub identity: String,
+}
+
+/// The controllers of one leadership term.
+pub struct Term {
+    stop: oneshot::Sender<()>,
+    tasks: JoinSet<()>,
+}
+
+type Stop = Shared<BoxFuture<'static, ()>>;
+
+impl Setup {
+    fn plumbing<K>(&self, kind: &'static str) -> Plumbing<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let reporter = Reporter {
+            controller: "herald-operator".into(),
+            instance: Some(self.identity.clone()),
+        };
+        let recorder = Recorder::new(self.client.clone(), reporter);
+        Plumbing::new(kind, self.client.clone(), recorder, self.metrics.clone())
+    }
+}
+
+impl Term {
+    /// Starts every controller.
+    pub fn start(setup: &Setup) -> Self {
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let stop: Stop = async move {
+            let _ = stop_rx.await;
+        }
+        .boxed()
+        .shared();
+        let namespace = setup.namespace.clone();
+        let mut tasks = JoinSet::new();
+        let published = Arc::new(health::Published::default());
+        let (health_tx, health_rx) = futures::channel::mpsc::unbounded();
+        tasks.spawn(health::run(
+            setup.buckets.health.clone(),
+            published.clone(),
+            health_tx,
+            setup.status_interval,
+            namespace.clone(),
+            stop.clone(),
+        ));
+        let secrets = signing_secret::Context {
+            plumbing: setup.plumbing(signing_secret::KIND),
+            config_kv: setup.buckets.config.clone(),
+        };
+        tasks.spawn(signing_secret::run(
+            Arc::new(secrets),
+            namespace.clone(),
+            stop.clone(),
+        ));
+        let states = Arc::new(EndpointStates::new(setup.metrics.clone()));
+        let endpoints = endpoint::Context {
+            plumbing: setup.plumbing(endpoint::KIND),
+            config_kv: setup.buckets.config.clone(),
+            policy: setup.policy.clone(),
+            shards: setup.shards,
+            states: states.clone(),
+        };
+        let writer = health::writer::Parts {
+            plumbing: setup.plumbing(health::writer::KIND),
+            health: published,
+            states,
+        };
+        tasks.spawn(endpoint::run(
+            Arc::new(endpoints),
+            writer,
+            health_rx,
+            namespace.clone(),
+            stop.clone(),
+        ));
+        let replays = replay::Context {
+            plumbing: setup.plumbing(replay::KIND),
+        };
+        tasks.spawn(replay::run(Arc::new(replays), namespace, stop));
+        Self {
+            stop: stop_tx,
+            tasks,
+        }
+    }
+
+    /// Stops every controller: gracefully within `grace`, then by force.
+    pub async fn stop(self, grace: Duration) {
+        let Self { stop, mut tasks } = self;
+        let _ = stop.send(());
+        let drained =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(?grace, "controllers did not stop in time; aborting them");
+            tasks.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! One reconcile of a `WebhookEndpoint`, as a pipeline:
+//! [`dereference`] (IO: DNS, the `SigningSecret`, the current entry in `herald-config`)
+//! → [`decide`] (pure: [`validate`](super::validate), then [`build`](super::build)'s
+//! publication and status) → [`publish`] (the entry) → status (server-side apply, only
+//! when changed) → Events on `Ready` flips.
+//!
+//! Contract: only [`cleanup`] (the resource is being deleted) removes the entry; a
+//! resource that does not validate or does not decode is held with its last good
+//! configuration.
+
+use std::time::Duration;
+
+use herald_core::dataplane::{EndpointConfig, EndpointKey, shard_for};
+use herald_core::names::{self, condition};
+use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint, WebhookEndpointStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::core::error_boundary::InvalidObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+
+use super::build::{self, Publication};
+use super::validate::{self, Invalid, Lookup};
+use super::{Context, Error, Guarded};
+use crate::nats;
+
+/// Re-check valid endpoints this often: DNS answers change.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// What validation needs from outside the object.
+struct Observed {
+    /// The pure checks of the spec: the URL when they pass.
+    url: Result<url::Url, Invalid>,
+    /// What the URL's host resolved to (not looked up when the spec already fails).
+    lookup: Option<Lookup>,
+    secret: Option<SigningSecret>,
+    /// The entry in `herald-config` now, as stored and as decoded.
+    current: Option<(Vec<u8>, Option<EndpointConfig>)>,
+}
+
+/// What one reconcile decided.
+struct Decision {
+    validity: Result<u32, Invalid>,
+    publication: Publication,
+    status: WebhookEndpointStatus,
+}
+
+/// Dereference: the only reads of this pipeline.
+async fn dereference(obj: &WebhookEndpoint, ns: &str, ctx: &Context) -> Result<Observed, Error> {
+    let url = validate::check_spec(&obj.spec, &ctx.policy);
+    let lookup = match &url {
+        Ok(url) => validate::lookup(url).await,
+        Err(_) => None,
+    };
+    let secrets: Api<crate::reconcile::Guarded<SigningSecret>> =
+        Api::namespaced(ctx.plumbing.client.clone(), ns);
+    // One that does not decode counts as one without a usable key.
+    let secret = secrets
+        .get_opt(&obj.spec.secret_ref.name)
+        .await?
+        .map(|guard| {
+            guard
+                .0
+                .unwrap_or_else(|_| undecodable_secret(&obj.spec.secret_ref.name))
+        });
+    let current = read_config(ctx, &EndpointKey::new(ns, &obj.name_any())).await?;
+    Ok(Observed {
+        url,
+        lookup,
+        secret,
+        current,
+    })
+}
+
+fn undecodable_secret(name: &str) -> SigningSecret {
+    SigningSecret::new(
+        name,
+        herald_core::v1alpha1::SigningSecretSpec {
+            secret_name: None,
+            rotation: Default::default(),
+        },
+    )
+}
+
+async fn read_config(
+    ctx: &Context,
+    key: &EndpointKey,
+) -> Result<Option<(Vec<u8>, Option<EndpointConfig>)>, Error> {
+    let Some(raw) = nats::read(&ctx.config_kv, &key.config_key()).await? else {
+        return Ok(None);
+    };
+    let decoded = serde_json::from_slice(&raw)
+        .inspect_err(|error| tracing::warn!(key = %key, %error, "undecodable configuration entry"))
+        .ok();
+    Ok(Some((raw, decoded)))
+}
+
+/// Decide (pure): validity, what to publish, the status.
+fn decide(obj: &WebhookEndpoint, observed: &Observed, ctx: &Context, now: &Time) -> Decision {
+    let ns = obj.namespace().unwrap_or_default();
+    let validity = validate::endpoint(
+        &observed.url,
+        observed.lookup.as_ref(),
+        &ctx.policy,
+        &obj.spec.secret_ref.name,
+        observed.secret.as_ref(),
+    )
+    .map(|()| shard_for(&ns, &obj.name_any(), ctx.shards));
+    let current = observed.current.as_ref().and_then(|(_, c)| c.clone());
+    let publication = build::publication(obj, &validity, current);
+    let status = build::status(obj, &validity, &publication, now);
+    Decision {
+        validity,
+        publication,
+        status,
+    }
+}
+
+/// Writes the entry when it should change. Never deletes one of this endpoint.
+async fn publish(
+    ctx: &Context,
+    key: &EndpointKey,
+    current: Option<&[u8]>,
+    publication: &Publication,
+) -> Result<(), Error> {
+    let config_key = key.config_key();
+    match publication {
+        Publication::Fresh(config) | Publication::Held(config) => {
+            let value = serde_json::to_vec(config).unwrap_or_default();
+            if current != Some(value.as_slice()) {
+                nats::put(&ctx.config_kv, &config_key, value).await?;
+                let held = config.held.as_ref().map(|h| h.reason.as_str());
+                tracing::info!(endpoint = %key, shard = config.shard, held, "published endpoint configuration");
+            }
+        }
+        Publication::Stale => {
+            nats::delete_if_present(&ctx.config_kv, &config_key).await?;
+            tracing::info!(endpoint = %key, "withdrew the configuration of a deleted endpoint");
+        }
+        Publication::Nothing => {}
+    }
+    Ok(())
+}
+
+pub(super) async fn apply(obj: &WebhookEndpoint, ctx: &Context) -> Result<Action, Error> {
+    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+    let name = obj.name_any();
+    let key = EndpointKey::new(&ns, &name);
+    let observed = dereference(obj, &ns, ctx).await?;
+    let decision = decide(obj, &observed, ctx, &Time(Timestamp::now()));
+    let current = observed.current.as_ref().map(|(raw, _)| raw.as_slice());
+    publish(ctx, &key, current, &decision.publication).await?;
+
+    let old = obj.status.clone().unwrap_or_default();
+    if obj.status.is_none() || build::owned(&old) != decision.status {
+        ctx.plumbing
+            .apply_status(&ns, &name, names::FIELD_MANAGER, &decision.status)
+            .await?;
+    }
+    announce(obj, &old, &decision.status, ctx).await;
+    Ok(match decision.validity {
+        Err(Invalid {
+            retry: Some(retry), ..
+        }) => Action::requeue(retry),
+        _ => Action::requeue(RESYNC),
+    })
+}
+
+/// An Event when `Ready` flips (status or reason), so a resync publishes nothing.
+async fn announce(
+    obj: &WebhookEndpoint,
+    old: &WebhookEndpointStatus,
+    new: &WebhookEndpointStatus,
+    ctx: &Context,
+) {
+    let ready = |s: &WebhookEndpointStatus| {
+        crate::conditions::find(&s.conditions, condition::READY).cloned()
+    };
+    let (before, after) = (ready(old), ready(new));
+    let key = |c: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>| {
+        c.as_ref().map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    if key(&before) == key(&after) {
+        return;
+    }
+    if let Some(c) = after {
+        let type_ = if c.status == "True" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        ctx.plumbing
+            .publish(&obj.object_ref(&()), type_, &c.reason, c.message)
+            .await;
+    }
+}
+
+pub(super) async fn cleanup(obj: &WebhookEndpoint, ctx: &Context) -> Result<Action, Error> {
+    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+    let key = EndpointKey::new(&ns, &obj.name_any());
+    nats::delete_if_present(&ctx.config_kv, &key.config_key()).await?;
+    ctx.states.remove(&key);
+    tracing::info!(endpoint = %key, "endpoint deleted; configuration withdrawn");
+    Ok(Action::await_change())
+}
+
+/// An object that does not decode: deleted → clean up and let it go; present → hold its
+/// last good configuration and say why.
+pub(super) async fn undecodable(
+    guard: &Guarded,
+    invalid: &InvalidObject,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let ns = guard.namespace().ok_or(Error::NoNamespace)?;
+    let key = EndpointKey::new(&ns, &guard.name_any());
+    if guard.meta().deletion_timestamp.is_some() {
+        nats::delete_if_present(&ctx.config_kv, &key.config_key()).await?;
+        ctx.states.remove(&key);
+        ctx.plumbing
+            .release_finalizer(guard, names::ENDPOINT_FINALIZER)
+            .await?;
+        return Ok(Action::await_change());
+    }
+    let why = Invalid::new(
+        herald_core::names::reason::INVALID_SPEC,
+        format!("Herald cannot read this object: {invalid}"),
+    );
+    let current = read_config(ctx, &key).await?;
+    let uid = guard.uid().unwrap_or_default();
+    let publication = build::hold(current.as_ref().and_then(|(_, c)| c.clone()), &uid, &why);
+    let raw = current.as_ref().map(|(raw, _)| raw.as_slice());
+    publish(ctx, &key, raw, &publication).await?;
+    ctx.plumbing.report_undecodable(guard, invalid).await;
+    Ok(Action::await_change())
+}

@@ -1,0 +1,144 @@
+//! The health writer: the second writer of `WebhookEndpoint` status, under its own field
+//! manager ([`HEALTH_FIELD_MANAGER`]).
+//!
+//! Contract: it owns what the data plane observed — `state`, `circuit`,
+//! `concurrencyLimit`, `backlog`, `oldestPending`, `lastDelivery`, `successRate`,
+//! `p95Latency`, `firstFailure` and the `Healthy` and `Disabled` conditions — rendered by
+//! [`observed`] from the endpoint as stored and the health [`Published`] for it. It runs
+//! when health is published and on every change of a stored endpoint (so `state` follows
+//! the `Ready` condition the endpoint controller writes), reads nothing but memory, and
+//! patches only when its part changed. It keeps the `herald_operator_endpoints` gauge and
+//! publishes the `Disabled` and `Recovered` Events.
+
+use std::sync::Arc;
+
+use herald_core::dataplane::EndpointKey;
+use herald_core::names::{condition, reason};
+use herald_core::v1alpha1::{WebhookEndpoint, WebhookEndpointStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use super::Published;
+use crate::conditions;
+use crate::endpoint::{Guarded, observed};
+use crate::metrics::{self, EndpointStates};
+use crate::reconcile::{Categorized, HEALTH_FIELD_MANAGER, Plumbing};
+
+/// The `kind` label of the writer's reconcile metrics.
+pub const KIND: &str = "EndpointHealth";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+impl Categorized for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+        }
+    }
+}
+
+/// What the writer needs, before the endpoint store exists.
+pub struct Parts {
+    pub plumbing: Plumbing<WebhookEndpoint>,
+    pub health: Arc<Published>,
+    pub states: Arc<EndpointStates>,
+}
+
+impl Parts {
+    pub fn into_context(self, endpoints: Store<Guarded>) -> Context {
+        let Parts {
+            plumbing,
+            health,
+            states,
+        } = self;
+        Context {
+            plumbing,
+            health,
+            states,
+            endpoints,
+        }
+    }
+}
+
+pub struct Context {
+    plumbing: Plumbing<WebhookEndpoint>,
+    health: Arc<Published>,
+    states: Arc<EndpointStates>,
+    /// The endpoint controller's store, to check an endpoint still exists before it is
+    /// counted.
+    endpoints: Store<Guarded>,
+}
+
+pub async fn reconcile(guard: Arc<Guarded>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.plumbing.instrument(&guard, write(&guard, &ctx)).await
+}
+
+pub fn error_policy(obj: Arc<Guarded>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.plumbing.error_policy(&obj, error)
+}
+
+async fn write(guard: &Guarded, ctx: &Context) -> Result<Action, Error> {
+    // An object that does not decode is reported by the endpoint controller.
+    let Ok(obj) = &guard.0 else {
+        return Ok(Action::await_change());
+    };
+    let ns = obj.namespace().unwrap_or_default();
+    let key = EndpointKey::new(&ns, &obj.name_any());
+    if obj.meta().deletion_timestamp.is_some() {
+        ctx.states.remove(&key);
+        return Ok(Action::await_change());
+    }
+    ctx.health.synced().await;
+    let health = ctx
+        .health
+        .get(&key)
+        .filter(|h| Some(&h.uid) == obj.metadata.uid.as_ref());
+    let old = obj.status.clone().unwrap_or_default();
+    let new = observed::status(obj, health.as_ref(), &Time(Timestamp::now()));
+    if observed::owned(&old) != new {
+        ctx.plumbing
+            .apply_status(&ns, &obj.name_any(), HEALTH_FIELD_MANAGER, &new)
+            .await?;
+    }
+    announce(obj, &old, &new, ctx).await;
+    // Counted only while it still exists undeleted: the endpoint controller forgets it
+    // on deletion, and this must not count it again.
+    let current = ctx.endpoints.get(&ObjectRef::from_obj(guard));
+    if current.is_some_and(|c| c.meta().deletion_timestamp.is_none()) {
+        ctx.states.set(key, metrics::state_label(new.state));
+    }
+    Ok(Action::await_change())
+}
+
+/// `Disabled` (Warning) and `Recovered` (Normal) Events when the `Disabled` condition
+/// flips.
+async fn announce(
+    obj: &WebhookEndpoint,
+    old: &WebhookEndpointStatus,
+    new: &WebhookEndpointStatus,
+    ctx: &Context,
+) {
+    fn disabled(s: &WebhookEndpointStatus) -> Option<&Condition> {
+        conditions::find(&s.conditions, condition::DISABLED).filter(|c| c.status == "True")
+    }
+    let (type_, reason, note) = match (disabled(old), disabled(new)) {
+        (None, Some(c)) => (EventType::Warning, reason::DISABLED, c.message.clone()),
+        (Some(_), None) => (
+            EventType::Normal,
+            reason::RECOVERED,
+            "deliveries to this endpoint are enabled again".to_owned(),
+        ),
+        _ => return,
+    };
+    ctx.plumbing
+        .publish(&obj.object_ref(&()), type_, reason, note)
+        .await;
+}

@@ -1,0 +1,308 @@
+//! Reconcile plumbing shared by every controller of the operator (`endpoint`,
+//! `signing_secret`, `replay` and the endpoint health writer).
+//!
+//! Contract:
+//! - every reconcile runs through [`Plumbing::instrument`]: timed, counted by result and
+//!   by the error's [`Categorized::category`] (a bounded label set), and the object's
+//!   backoff forgotten on success;
+//! - every failure goes through [`Plumbing::error_policy`], the one error policy:
+//!   exponential backoff per object ([`retry_delay`]: 1 s doubling to at most 60 s,
+//!   jittered), so a failing object retries quickly at first, a long outage costs
+//!   little, and objects do not retry in lockstep;
+//! - status is written by [`Plumbing::apply_status`]: server-side apply under a fixed
+//!   field manager, `apiVersion` and `kind` taken from the type;
+//! - Events go through [`Plumbing::publish`]; failing to publish one is logged, never
+//!   fatal;
+//! - every kind is watched as a [`Guarded`] object: one the operator cannot decode (a
+//!   newer CRD version, a hand-edited status) is reported with a Warning Event
+//!   ([`Plumbing::report_undecodable`]) instead of wedging the watch, and
+//!   [`Plumbing::release_finalizer`] lets its deletion complete.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use herald_core::names::reason;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::utils::Backoff;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::metrics::Metrics;
+
+/// An object as watched: decoded, or the reason it could not be.
+pub type Guarded<K> = DeserializeGuard<K>;
+
+/// The field manager of the health writer: it owns the health fields, `state` and the
+/// `Healthy` and `Disabled` conditions of `WebhookEndpoint` status, while
+/// `herald_core::names::FIELD_MANAGER` owns everything else Herald writes.
+pub const HEALTH_FIELD_MANAGER: &str = "herald.dev/operator-health";
+
+/// First retry after a failure.
+const RETRY_BASE: Duration = Duration::from_secs(1);
+/// Longest wait between two retries of one object.
+const RETRY_CAP: Duration = Duration::from_secs(60);
+
+/// A controller's error: a low-cardinality category for metrics and logs.
+pub trait Categorized: std::error::Error + Send + Sync + 'static {
+    fn category(&self) -> &'static str;
+}
+
+/// The category of an error that went through kube-runtime's finalizer helper.
+pub fn finalizer_category<E: Categorized>(error: &finalizer::Error<E>) -> &'static str {
+    match error {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.category(),
+        _ => "finalizer",
+    }
+}
+
+/// How long to wait before retry number `failures` (1 for the first), given `unit`
+/// drawn uniformly from `[0, 1)`: `min(cap, base · 2^(failures-1))`, of which the upper
+/// half is jittered.
+pub fn retry_delay(failures: u32, unit: f64) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    let full = RETRY_BASE.saturating_mul(1u32 << exp).min(RETRY_CAP);
+    full.div_f64(2.0) + full.div_f64(2.0).mul_f64(unit.clamp(0.0, 1.0))
+}
+
+/// Watch reconnects: 0.5 s doubling to at most 5 s (jittered), so that the operator sees
+/// the API server again within seconds after an outage (kube's default waits up to 30 s).
+#[derive(Default)]
+pub struct WatchBackoff {
+    failures: u32,
+}
+
+pub fn watch_backoff() -> WatchBackoff {
+    WatchBackoff::default()
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        let full = Duration::from_millis(500)
+            .saturating_mul(1u32 << (self.failures - 1).min(4))
+            .min(Duration::from_secs(5));
+        Some(full.mul_f64(0.5 + fastrand::f64() / 2.0))
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+/// The consecutive failures of each object that is failing now.
+struct Failures<K: Resource>(Mutex<HashMap<ObjectRef<K>, u32>>);
+
+impl<K: Resource<DynamicType = ()>> Failures<K> {
+    fn record(&self, obj: ObjectRef<K>) -> u32 {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(obj).or_default();
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    fn forget(&self, obj: &ObjectRef<K>) {
+        // Every operation is one insert or remove: a poisoned lock is still consistent.
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(obj);
+    }
+}
+
+/// What every controller of one kind `K` shares: the client, the Event recorder, the
+/// metrics and the per-object backoff.
+pub struct Plumbing<K: Resource> {
+    /// The `kind` label of this controller's metrics.
+    kind: &'static str,
+    pub client: Client,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    failures: Failures<Guarded<K>>,
+}
+
+impl<K> Plumbing<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    pub fn new(
+        kind: &'static str,
+        client: Client,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            kind,
+            client,
+            recorder,
+            metrics,
+            failures: Failures(Mutex::default()),
+        }
+    }
+
+    pub fn api(&self, namespace: &str) -> Api<K> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Runs one reconcile of `obj`: timed and counted, its backoff forgotten on success.
+    pub async fn instrument<E: Categorized>(
+        &self,
+        obj: &Guarded<K>,
+        work: impl Future<Output = Result<Action, E>>,
+    ) -> Result<Action, E> {
+        let started = Instant::now();
+        let result = work.await;
+        if result.is_ok() {
+            self.failures.forget(&ObjectRef::from_obj(obj));
+        }
+        let category = result.as_ref().err().map(Categorized::category);
+        self.metrics
+            .reconciled(self.kind, started.elapsed(), category);
+        result
+    }
+
+    /// The one error policy: log, then retry this object after its next backoff delay.
+    pub fn error_policy<E: Categorized>(&self, obj: &Guarded<K>, error: &E) -> Action {
+        let failures = self.failures.record(ObjectRef::from_obj(obj));
+        let delay = retry_delay(failures, fastrand::f64());
+        tracing::warn!(
+            kind = self.kind,
+            namespace = obj.namespace(),
+            name = obj.name_any(),
+            category = error.category(),
+            failures,
+            retry_in = ?delay,
+            %error,
+            "reconcile failed"
+        );
+        Action::requeue(delay)
+    }
+
+    /// Writes `status` (only the fields it holds) with server-side apply as `manager`.
+    pub async fn apply_status<S: Serialize>(
+        &self,
+        namespace: &str,
+        name: &str,
+        manager: &str,
+        status: &S,
+    ) -> Result<(), kube::Error> {
+        let patch = json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": status,
+        });
+        self.api(namespace)
+            .patch_status(
+                name,
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Publishes an Event about `reference`.
+    pub async fn publish(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, reference).await {
+            tracing::warn!(%error, reason, "publishing an Event failed");
+        }
+    }
+
+    /// Tells the object's owner that Herald cannot read it.
+    pub async fn report_undecodable(&self, obj: &Guarded<K>, invalid: &InvalidObject) {
+        tracing::warn!(
+            kind = self.kind,
+            namespace = obj.namespace(),
+            name = obj.name_any(),
+            error = %invalid,
+            "cannot decode object"
+        );
+        self.publish(
+            &obj.object_ref(&()),
+            EventType::Warning,
+            reason::INVALID_SPEC,
+            format!(
+                "Herald cannot read this object (is the operator older than the CRD?): {invalid}"
+            ),
+        )
+        .await;
+    }
+
+    /// Removes `finalizer` from an object that is being deleted, without decoding it
+    /// (guarded by `resourceVersion`, like kube-runtime's own finalizer removal).
+    pub async fn release_finalizer(
+        &self,
+        obj: &Guarded<K>,
+        finalizer: &str,
+    ) -> Result<(), kube::Error> {
+        let meta = obj.meta();
+        let finalizers = obj.finalizers();
+        if meta.deletion_timestamp.is_none() || !finalizers.iter().any(|f| f == finalizer) {
+            return Ok(());
+        }
+        let rest: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
+        let patch =
+            json!({"metadata": {"finalizers": rest, "resourceVersion": meta.resource_version}});
+        self.api(&obj.namespace().unwrap_or_default())
+            .patch(
+                &obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_with_jitter_up_to_a_cap() {
+        let table = [
+            (1, 1_000),
+            (2, 2_000),
+            (3, 4_000),
+            (6, 32_000),
+            (7, 60_000),
+            (40, 60_000),
+        ];
+        for (failures, full_ms) in table {
+            let full = Duration::from_millis(full_ms);
+            assert_eq!(retry_delay(failures, 0.0), full / 2, "{failures}");
+            assert_eq!(retry_delay(failures, 1.0), full, "{failures}");
+            let mid = retry_delay(failures, 0.5);
+            assert!(mid > full / 2 && mid < full, "{failures}: {mid:?}");
+        }
+        assert_eq!(retry_delay(0, 1.0), RETRY_BASE);
+    }
+}
