@@ -211,8 +211,8 @@ impl Index {
             }
             Some(BucketKey::Endpoint(endpoint)) => self.apply_endpoint(key, endpoint, value),
             Some(BucketKey::KeySet(secret)) => self.apply_keys(key, secret, value),
-            // Not a configuration entry.
-            Some(BucketKey::Lasting { .. }) => None,
+            // Not endpoint configuration.
+            Some(BucketKey::Lasting { .. } | BucketKey::ShardCount) => None,
         };
         if let Some(change) = change {
             let _ = self.changes.send(change);

@@ -35,8 +35,8 @@ pub fn install_crypto_provider() {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("connecting to NATS: {0}")]
-    Connect(#[source] async_nats::ConnectError),
+    #[error(transparent)]
+    Connect(#[from] herald_core::flags::NatsConnectError),
     #[error(transparent)]
     Layout(#[from] herald_core::dataplane::layout::LayoutError),
     #[error("building the HTTP client (is a rustls crypto provider installed?): {0}")]
@@ -89,7 +89,7 @@ pub async fn run_with_index(
             addr: listen,
             source,
         })?;
-    let (nats, layout) = connect(&nats_args, &replica_id, retention).await?;
+    let (nats, layout) = connect(&nats_args, &replica_id, retention, shards).await?;
     let policy = Arc::new(destinations.policy());
     let http = http::client(policy.clone()).map_err(RunError::Http)?;
 
@@ -138,15 +138,14 @@ async fn connect(
     nats: &herald_core::flags::NatsArgs,
     replica_id: &str,
     retention: Duration,
+    shards: u32,
 ) -> Result<(async_nats::Client, setup::Layout), RunError> {
-    let client = async_nats::ConnectOptions::new()
-        .name(format!("herald-dispatcher/{replica_id}"))
-        .retry_on_initial_connect()
-        .connect(nats.nats_url.as_str())
-        .await
-        .map_err(RunError::Connect)?;
+    let client = nats
+        .connect(&format!("herald-dispatcher/{replica_id}"))
+        .await?;
     let js = async_nats::jetstream::new(client.clone());
     let layout = setup::ensure(&js, retention, usize::from(nats.replicas)).await?;
+    herald_core::dataplane::layout::check_shard_count(&layout.config, shards).await?;
     Ok((client, layout))
 }
 

@@ -493,6 +493,29 @@ async fn install_upgrade_uninstall() {
             "allowNetworks={10.20.0.0/16,192.168.7.0/24}",
         ],
     );
+    // The shard count is fixed at install: an upgrade that changes it is refused, and
+    // says why.
+    let mut cmd = helm();
+    cmd.args(["upgrade", &release.name])
+        .arg(chart_dir())
+        .args(["--namespace", &release.namespace])
+        .args([
+            "--set",
+            "crds.install=false",
+            "--set",
+            "nats.url=nats://nats.invalid:4222",
+        ])
+        .args(["--set", "shards=16"]);
+    let refused = output(cmd, None);
+    assert!(
+        !refused.status.success(),
+        "a shard count change was accepted"
+    );
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("shards cannot change after install") && why.contains("shards=8"),
+        "{why}"
+    );
     let dispatcher = statefulsets
         .get(&release.dispatcher())
         .await
@@ -653,6 +676,9 @@ async fn operator_with_the_charts_rbac_reconciles() {
         "herald-operator",
         "--nats-url",
         env().nats_url(),
+        // The test environment's NATS runs with the test dispatchers' shard count.
+        "--shards",
+        "4",
         "--namespace",
         &ns,
         "--lease-namespace",

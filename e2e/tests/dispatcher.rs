@@ -347,9 +347,9 @@ async fn the_circuit_opens_and_a_probe_closes_it() {
         async move {
             dp.health(&ns, "broken").await.filter(|h| {
                 h.circuit == Some(CircuitState::Closed)
-                    && h.last_delivery
-                        .as_ref()
-                        .is_some_and(|l| l.outcome == herald_core::dataplane::AttemptOutcome::Success)
+                    && h.last_delivery.as_ref().is_some_and(|l| {
+                        l.outcome == herald_core::dataplane::AttemptOutcome::Success
+                    })
             })
         }
     })
@@ -437,5 +437,33 @@ async fn an_ordering_key_keeps_order_per_key_and_lets_other_keys_pass() {
     assert!(
         s.rx.max_in_flight("ledger") <= 2,
         "more than one request per key in flight"
+    );
+}
+
+/// The shard count is recorded in NATS by the first binary of an installation; a
+/// dispatcher started with another one refuses to run, saying what to do.
+#[tokio::test]
+async fn a_changed_shard_count_is_refused_with_a_clear_error() {
+    shared_dispatcher(env());
+    let dp = DataPlane::new(env().nats().await).await;
+    // The shared dispatcher (4 shards) has recorded the count once it is running.
+    eventually("the shard count recorded", WAIT, || {
+        let config = dp.config.clone();
+        async move { config.get("layout.shards").await.ok().flatten() }
+    })
+    .await;
+    herald_dispatcher::install_crypto_provider();
+    let mut config =
+        herald_dispatcher::Config::for_tests(env().nats_url(), &unique_name("reshard"));
+    config.shards = 8;
+    let run = herald_dispatcher::run(config, std::future::pending());
+    let error = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("refused at start, not after a while")
+        .expect_err("a dispatcher with another shard count must not run");
+    let message = error.to_string();
+    assert!(
+        message.contains("runs with 4 shards") && message.contains("started with 8"),
+        "{message}"
     );
 }

@@ -124,6 +124,54 @@ pub enum LayoutError {
         #[source]
         source: async_nats::Error,
     },
+    #[error(
+        "this installation runs with {recorded} shards (recorded in NATS, herald-config \
+         layout.shards) but this process was started with {configured}: changing the shard \
+         count is not supported, because every endpoint's queue is keyed by its shard. Set \
+         --shards / HERALD_SHARDS (the chart's `shards` value) back to {recorded}"
+    )]
+    ShardCountChanged { recorded: u32, configured: u32 },
+    #[error("reading or recording the shard count: {0}")]
+    ShardCount(#[source] async_nats::Error),
+}
+
+/// Records the installation's shard count on first start and refuses any other later:
+/// the shards of endpoints (and so the subjects of their queues) depend on it.
+pub async fn check_shard_count(config: &kv::Store, shards: u32) -> Result<(), LayoutError> {
+    let key = super::BucketKey::ShardCount.to_string();
+    for _ in 0..3 {
+        let recorded = config
+            .get(&key)
+            .await
+            .map_err(|e| LayoutError::ShardCount(e.into()))?;
+        match recorded {
+            Some(value) => {
+                let recorded = std::str::from_utf8(&value)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                    .ok_or_else(|| {
+                        LayoutError::ShardCount(format!("{key} holds no number").into())
+                    })?;
+                return if recorded == shards {
+                    Ok(())
+                } else {
+                    Err(LayoutError::ShardCountChanged {
+                        recorded,
+                        configured: shards,
+                    })
+                };
+            }
+            // Another process may record it at the same time: read again.
+            None => {
+                if config.create(&key, shards.to_string().into()).await.is_ok() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Err(LayoutError::ShardCount(
+        format!("could not record {key}").into(),
+    ))
 }
 
 /// The stream's configuration as Herald wants it, on top of `base` (an existing

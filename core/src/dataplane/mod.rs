@@ -147,12 +147,17 @@ pub enum BucketKey {
     /// `state.<shard>.<ns>.<name>`: an endpoint's [`LastingState`], keyed by shard so a
     /// new owner of a shard reads only its own.
     Lasting { shard: u32, key: EndpointKey },
+    /// `layout.shards` in [`CONFIG_BUCKET`]: the shard count the installation runs with,
+    /// recorded by the first binary that starts; a process started with another count
+    /// refuses to run.
+    ShardCount,
 }
 
 impl BucketKey {
     const ENDPOINT: &str = "ep.";
     const KEY_SET: &str = "key.";
     const LASTING: &str = "state.";
+    const SHARD_COUNT: &str = "layout.shards";
 
     /// The filter that selects every [`BucketKey::Lasting`] of `shard`.
     pub fn lasting_filter(shard: u32) -> String {
@@ -165,6 +170,9 @@ impl BucketKey {
     }
 
     pub fn parse(key: &str) -> Option<Self> {
+        if key == Self::SHARD_COUNT {
+            return Some(Self::ShardCount);
+        }
         if let Some(rest) = key.strip_prefix(Self::ENDPOINT) {
             EndpointKey::parse(rest).map(Self::Endpoint)
         } else if let Some(rest) = key.strip_prefix(Self::LASTING) {
@@ -180,10 +188,11 @@ impl BucketKey {
         }
     }
 
-    /// The namespace both kinds of key belong to.
+    /// The namespace the key belongs to (none for installation-wide keys).
     pub fn namespace(&self) -> &str {
         match self {
             Self::Endpoint(k) | Self::KeySet(k) | Self::Lasting { key: k, .. } => k.namespace(),
+            Self::ShardCount => "",
         }
     }
 }
@@ -194,6 +203,7 @@ impl fmt::Display for BucketKey {
             Self::Endpoint(k) => write!(f, "{}{k}", Self::ENDPOINT),
             Self::KeySet(k) => write!(f, "{}{k}", Self::KEY_SET),
             Self::Lasting { shard, key } => write!(f, "{}{shard}.{key}", Self::LASTING),
+            Self::ShardCount => f.write_str(Self::SHARD_COUNT),
         }
     }
 }
@@ -363,6 +373,11 @@ mod tests {
         assert_eq!(lasting.to_string(), "state.3.shop.orders");
         assert_eq!(BucketKey::parse("state.3.shop.orders"), Some(lasting));
         assert_eq!(BucketKey::lasting_filter(3), "state.3.>");
+        assert_eq!(
+            BucketKey::parse("layout.shards"),
+            Some(BucketKey::ShardCount)
+        );
+        assert_eq!(BucketKey::ShardCount.to_string(), "layout.shards");
         for bad in [
             "ep.",
             "ep.shop",
