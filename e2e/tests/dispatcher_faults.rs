@@ -177,3 +177,85 @@ async fn scaling_replicas_hands_shards_over_without_loss_or_overlap() {
     }
     stop(b);
 }
+
+/// SIGKILL, then wait for the process to be gone.
+fn kill_9(mut child: Child) {
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+}
+
+/// State that must outlive a dispatcher: an endpoint disabled by 410 Gone stays disabled
+/// through a SIGKILL and restart (nothing is sent to it), and retries waiting as
+/// JetStream schedules still count as its backlog for the new process.
+#[tokio::test]
+async fn disabled_state_and_scheduled_backlog_survive_a_kill_9() {
+    let _faults = fault_lock().await;
+    let dp = DataPlane::new(private_env().nats().await).await;
+    let rx = Receiver::start().await;
+    let ns = herald_e2e::unique_name("lasting");
+    dp.put_keys(&ns, "signing", &[TEST_SECRET]).await;
+    rx.behave("gone", Behavior::statuses(&[410]));
+    rx.behave("later", Behavior::statuses(&[500]));
+    let gone = endpoint(
+        &ns,
+        "gone",
+        json!({"url": rx.url("gone"), "eventTypes": ["g"]}),
+    );
+    // Retries far enough out that they still wait when the new process starts.
+    let later = endpoint(
+        &ns,
+        "later",
+        json!({"url": rx.url("later"), "eventTypes": ["l"],
+               "delivery": {"retry": {"schedule": ["25s"]}}}),
+    );
+    dp.put_endpoint(&gone).await;
+    dp.put_endpoint(&later).await;
+    let first = spawn_dispatcher("lasting-a");
+    dp.publish(&ns, "g", json!(0)).await;
+    for i in 0..5 {
+        dp.publish(&ns, "l", json!(i)).await;
+    }
+    let health = |name: &'static str,
+                  check: fn(&herald_core::dataplane::EndpointHealth) -> bool| {
+        let (dp, ns) = (dp.clone(), ns.clone());
+        async move {
+            eventually(&format!("{name}'s health"), Duration::from_secs(30), || {
+                let (dp, ns) = (dp.clone(), ns.clone());
+                async move { dp.health(&ns, name).await.filter(check) }
+            })
+            .await
+        }
+    };
+    health("gone", |h| h.disabled_reason.is_some()).await;
+    health("later", |h| h.backlog == Some(5)).await;
+    assert_eq!(rx.received("later").len(), 5, "one failed attempt each");
+    kill_9(first);
+
+    // Forget what the killed process reported, so what follows is the new one's.
+    for name in ["gone", "later"] {
+        let key = herald_core::dataplane::EndpointKey::new(&ns, name).config_key();
+        dp.health.delete(key).await.expect("deleting health");
+    }
+    rx.behave("gone", Behavior::statuses(&[200]));
+    let second = spawn_dispatcher("lasting-b");
+    dp.publish(&ns, "g", json!(1)).await;
+    let restored = health("gone", |h| h.uid.starts_with("uid-")).await;
+    assert!(
+        restored.disabled_reason.is_some(),
+        "a restart re-enabled a disabled endpoint: {restored:?}"
+    );
+    let later_health = health("later", |h| h.backlog.is_some()).await;
+    assert_eq!(
+        later_health.backlog,
+        Some(5),
+        "the retries waiting as schedules are the new process's backlog"
+    );
+    assert!(later_health.oldest_pending_ms.is_some());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        rx.received("gone").len(),
+        1,
+        "nothing is sent to a disabled endpoint after a restart"
+    );
+    stop(second);
+}

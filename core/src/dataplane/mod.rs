@@ -249,6 +249,17 @@ pub fn parse_lane_subject(subject: &str) -> Option<(u32, EndpointKey, Lane)> {
         .then(|| (shard, EndpointKey(format!("{ns}.{name}").into()), lane))
 }
 
+/// Parses a schedule subject into `(shard, endpoint, event id)`.
+pub fn parse_schedule_subject(subject: &str) -> Option<(u32, EndpointKey, &str)> {
+    let rest = subject.strip_prefix(SCHEDULE_PREFIX)?.strip_prefix('.')?;
+    let mut parts = rest.splitn(4, '.');
+    let shard = parts.next()?.parse().ok()?;
+    let ns = parts.next()?;
+    let name = parts.next()?;
+    let event_id = parts.next()?;
+    (!event_id.contains('.')).then(|| (shard, EndpointKey(format!("{ns}.{name}").into()), event_id))
+}
+
 /// `herald.events.<namespace>.<type>`.
 pub fn event_subject(namespace: &str, event_type: &str) -> String {
     format!("{EVENTS_PREFIX}.{namespace}.{event_type}")
@@ -284,6 +295,12 @@ pub fn event_id(published_ms: u64, sequence: u64) -> String {
         "msg_{}",
         ulid::Ulid::from_parts(published_ms, u128::from(sequence))
     )
+}
+
+/// The publish time (Unix milliseconds) an event id carries.
+pub fn event_published_ms(event_id: &str) -> Option<u64> {
+    let ulid = event_id.strip_prefix("msg_")?.parse::<ulid::Ulid>().ok()?;
+    Some(ulid.timestamp_ms())
 }
 
 #[cfg(test)]
@@ -350,6 +367,14 @@ mod tests {
         );
         let id = event_id(1_700_000_000_000, 7);
         assert!(id.starts_with("msg_") && id.len() == 30, "{id}");
+        assert_eq!(event_published_ms(&id), Some(1_700_000_000_000));
+        let key = EndpointKey::new("shop", "orders");
+        let subject = key.schedule_subject(3, &id);
+        assert_eq!(
+            parse_schedule_subject(&subject),
+            Some((3, key, id.as_str()))
+        );
+        assert_eq!(parse_schedule_subject("herald.sched.3.shop"), None);
     }
 
     #[test]

@@ -60,6 +60,11 @@ pub struct EndpointState {
     pub disabled: Option<Disabled>,
     window: Option<Box<Window>>,
     last: Option<LastAttempt>,
+    /// Retries waiting in JetStream as schedules (they count as backlog), and the
+    /// publish time of the oldest of them (an upper bound on its age: the oldest may
+    /// already have fired).
+    scheduled: u64,
+    oldest_scheduled_ms: Option<u64>,
     /// In the shard's ready ring.
     pub queued: bool,
 }
@@ -81,7 +86,23 @@ impl EndpointState {
             disabled: None,
             window: None,
             last: None,
+            scheduled: 0,
+            oldest_scheduled_ms: None,
             queued: false,
+        }
+    }
+
+    /// Retries a previous owner left waiting as schedules.
+    pub fn restore_scheduled(&mut self, count: u64, oldest_ms: Option<u64>) {
+        self.scheduled = count;
+        self.oldest_scheduled_ms = oldest_ms;
+    }
+
+    /// A retry became due: its message arrived on the retry lane.
+    pub fn retry_arrived(&mut self) {
+        self.scheduled = self.scheduled.saturating_sub(1);
+        if self.scheduled == 0 {
+            self.oldest_scheduled_ms = None;
         }
     }
 
@@ -236,6 +257,14 @@ impl EndpointState {
             }
         }
         if let Fate::Retry {
+            in_place: false, ..
+        } = decision.fate
+        {
+            self.scheduled += 1;
+            let oldest = self.oldest_scheduled_ms.get_or_insert(item.published_ms);
+            *oldest = (*oldest).min(item.published_ms);
+        }
+        if let Fate::Retry {
             delay,
             in_place: true,
         } = decision.fate
@@ -346,8 +375,13 @@ impl EndpointState {
             state: Some(state),
             circuit: Some(self.circuit.state()),
             concurrency_limit: Some(self.limit()),
-            backlog: Some(self.pending()),
-            oldest_pending_ms: self.lanes.oldest_published_ms(),
+            backlog: Some(self.pending() + self.scheduled),
+            oldest_pending_ms: self
+                .lanes
+                .oldest_published_ms()
+                .into_iter()
+                .chain(self.oldest_scheduled_ms.filter(|_| self.scheduled > 0))
+                .min(),
             last_delivery: self.last.clone(),
             success_permille: success,
             p95_latency_ms: p95,
@@ -386,7 +420,7 @@ impl EndpointState {
 
     /// Whether the state holds nothing worth keeping beyond the configuration.
     pub fn is_idle(&self) -> bool {
-        self.pending() == 0
+        self.pending() == 0 && self.scheduled == 0
     }
 
     #[cfg(test)]

@@ -70,6 +70,9 @@ impl Runtime {
             return;
         };
         let state = self.state(&key);
+        if lane == Lane::Retry {
+            state.retry_arrived();
+        }
         let cap = state.buffer_cap();
         state.lanes.queue(lane).offer(item, cap);
         self.maybe_refill(&key, lane);

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt;
-use herald_core::dataplane::{BucketKey, EndpointKey, HEALTH_BUCKET, LastingState};
+use herald_core::dataplane::{
+    BucketKey, EndpointKey, HEALTH_BUCKET, LastingState, SCHEDULE_PREFIX, event_published_ms,
+    parse_schedule_subject,
+};
 
 use super::{Runtime, now_ms};
 
@@ -72,6 +75,31 @@ pub async fn load(
         Err(_) => tracing::warn!(shard, "loading saved endpoint state timed out; going on"),
     }
     Ok(saved)
+}
+
+/// Retries waiting as schedules on `shard`, per endpoint: how many, and the publish time
+/// of the oldest (from the event ids in the schedules' subjects).
+pub async fn load_scheduled(
+    deliveries: &async_nats::jetstream::stream::Stream,
+    shard: u32,
+) -> Result<HashMap<EndpointKey, (u64, Option<u64>)>, async_nats::Error> {
+    use futures::TryStreamExt;
+    let filter = format!("{SCHEDULE_PREFIX}.{shard}.>");
+    let mut subjects = deliveries.info_with_subjects(filter).await?;
+    let mut scheduled: HashMap<EndpointKey, (u64, Option<u64>)> = HashMap::new();
+    while let Some((subject, count)) = subjects.try_next().await? {
+        let Some((_, key, event_id)) = parse_schedule_subject(&subject) else {
+            continue;
+        };
+        let published = event_published_ms(event_id);
+        let (n, oldest) = scheduled.entry(key).or_default();
+        *n += count as u64;
+        *oldest = match (*oldest, published) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(scheduled)
 }
 
 impl Runtime {

@@ -97,7 +97,14 @@ pub async fn run(
             "restored saved endpoint state"
         );
     }
+    let scheduled = lasting::load_scheduled(&shared.layout.deliveries, shard)
+        .await
+        .map_err(ShardError::Load)?;
     let mut runtime = Runtime::new(shared, shard, saved);
+    // Endpoints whose work waits only as schedules report their backlog too.
+    for (key, (count, oldest)) in scheduled {
+        runtime.state(&key).restore_scheduled(count, oldest);
+    }
     let result = runtime.run(&mut stop).await;
     if result.is_err() {
         runtime.attempts.abort_all();
