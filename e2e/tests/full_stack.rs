@@ -60,8 +60,8 @@ fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
     ]
     .map(str::to_owned);
     let (tx, mut rx) = oneshot::channel::<()>();
-    // Like its Deployment would: an operator that loses its Lease (the API was away
-    // longer than the lease) exits and is started again.
+    // Like its Deployment would: an operator process that ends is started again. (Losing
+    // the Lease no longer ends it: it goes back to standby in-process.)
     tokio::spawn(async move {
         loop {
             let config = <herald_operator::Config as clap::Parser>::try_parse_from(args.clone())
