@@ -11,7 +11,7 @@ use crate::index::Endpoint;
 use herald_core::dataplane::{AttemptOutcome as Outcome, DisabledReason};
 
 /// An endpoint built from a JSON delivery policy, with a key so it may deliver.
-fn state(delivery: serde_json::Value, ordered: bool) -> EndpointState {
+pub(super) fn state(delivery: serde_json::Value, ordered: bool) -> EndpointState {
     let delivery: DeliveryPolicy = serde_json::from_value(delivery).unwrap();
     let config = EndpointConfig {
         namespace: "shop".into(),
@@ -37,7 +37,7 @@ fn state(delivery: serde_json::Value, ordered: bool) -> EndpointState {
     EndpointState::new(Some(Arc::new(ep)), Some(Arc::from(vec![key])))
 }
 
-fn item(seq: u64, lane: Lane) -> Item {
+pub(super) fn item(seq: u64, lane: Lane) -> Item {
     Item {
         seq,
         lane,
@@ -52,14 +52,14 @@ fn item(seq: u64, lane: Lane) -> Item {
     }
 }
 
-fn done() -> Decision {
+pub(super) fn done() -> Decision {
     Decision {
         fate: Fate::Done,
         disable: None,
     }
 }
 
-fn retry(delay: Duration) -> Decision {
+pub(super) fn retry(delay: Duration) -> Decision {
     Decision {
         fate: Fate::Retry {
             delay,
@@ -69,7 +69,7 @@ fn retry(delay: Duration) -> Decision {
     }
 }
 
-fn in_place(delay: Duration) -> Decision {
+pub(super) fn in_place(delay: Duration) -> Decision {
     Decision {
         fate: Fate::Retry {
             delay,
@@ -80,7 +80,13 @@ fn in_place(delay: Duration) -> Decision {
 }
 
 /// What the shard does after an attempt: decide from the endpoint's facts, then finish.
-fn after(s: &mut EndpointState, item: Item, result: &AttemptResult, now: Instant, now_ms: u64) {
+pub(super) fn after(
+    s: &mut EndpointState,
+    item: Item,
+    result: &AttemptResult,
+    now: Instant,
+    now_ms: u64,
+) {
     let ep = s.ep.clone().unwrap();
     let facts = crate::attempt::Facts {
         policy: &ep.config.delivery,
@@ -94,7 +100,7 @@ fn after(s: &mut EndpointState, item: Item, result: &AttemptResult, now: Instant
     s.finish(item, result, &decision, now, now_ms);
 }
 
-fn response(outcome: Outcome, status: Option<u16>, latency_ms: u64) -> AttemptResult {
+pub(super) fn response(outcome: Outcome, status: Option<u16>, latency_ms: u64) -> AttemptResult {
     AttemptResult {
         outcome,
         status,
@@ -104,16 +110,16 @@ fn response(outcome: Outcome, status: Option<u16>, latency_ms: u64) -> AttemptRe
     }
 }
 
-fn ok() -> AttemptResult {
+pub(super) fn ok() -> AttemptResult {
     response(Outcome::Success, Some(200), 5)
 }
 
-fn fail() -> AttemptResult {
+pub(super) fn fail() -> AttemptResult {
     response(Outcome::HttpError, Some(500), 5)
 }
 
 /// Starts one attempt from whichever lane is ready.
-fn start(s: &mut EndpointState, now: Instant) -> Option<Item> {
+pub(super) fn start(s: &mut EndpointState, now: Instant) -> Option<Item> {
     match s.readiness(now) {
         Readiness::Ready(lane) => s.start(lane, now),
         _ => None,
@@ -410,100 +416,4 @@ fn ordering_keys_run_in_parallel_and_stay_in_order_each() {
     assert_eq!(next.seq, 5, "key 2 goes on while key 1 waits");
     let retried = start(&mut s, now + Duration::from_secs(5)).unwrap();
     assert_eq!((retried.seq, retried.attempt), (1, 2));
-}
-
-#[test]
-fn lasting_state_survives_a_restart() {
-    let now = Instant::now();
-    let mut s = state(json!({"circuitBreaker": {"failureThreshold": 1}}), false);
-    assert_eq!(s.lasting(now, 0), None, "a healthy endpoint saves nothing");
-    for seq in 1..=2 {
-        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
-    }
-    let a = start(&mut s, now).unwrap();
-    let mut busy = response(Outcome::RateLimited, Some(429), 5);
-    busy.retry_after = Some(Duration::from_secs(3));
-    after(&mut s, a, &busy, now, 1_000);
-    let saved = s
-        .lasting(now, 1_000)
-        .expect("failing, open, paused by the receiver");
-    assert_eq!(saved.failing_since_ms, Some(1_000));
-    assert_eq!(saved.circuit, Some(CircuitState::Open));
-    assert_eq!(saved.retry_after_until_ms, Some(4_000));
-
-    // A new owner: fresh state, restored.
-    let mut fresh = state(json!({"circuitBreaker": {"failureThreshold": 1}}), false);
-    fresh.lanes.queue(Lane::New).offer(item(2, Lane::New), 64);
-    fresh.restore(&saved, now, 2_000);
-    assert_eq!(
-        fresh.failing_since_ms(),
-        Some(1_000),
-        "the disableAfter clock goes on"
-    );
-    assert_eq!(
-        fresh.readiness(now),
-        Readiness::Until(now + Duration::from_secs(2)),
-        "the receiver's Retry-After still holds"
-    );
-    let disabled = herald_core::dataplane::LastingState {
-        uid: "u".into(),
-        disabled_reason: Some(DisabledReason::Gone),
-        disabled_message: Some("the receiver answered 410 Gone".into()),
-        ..Default::default()
-    };
-    let mut again = state(json!({}), false);
-    again.restore(&disabled, now, 0);
-    assert_eq!(
-        again.health(0).unwrap().state,
-        Some(State::Disabled),
-        "stays disabled"
-    );
-    let other = herald_core::dataplane::LastingState {
-        uid: "another".into(),
-        ..disabled
-    };
-    let mut recreated = state(json!({}), false);
-    recreated.restore(&other, now, 0);
-    assert!(
-        recreated.disabled.is_none(),
-        "a re-created endpoint starts afresh"
-    );
-}
-
-#[test]
-fn held_endpoints_deliver_nothing_and_keep_their_work() {
-    let now = Instant::now();
-    let mut s = state(json!({}), false);
-    s.lanes.queue(Lane::New).offer(item(1, Lane::New), 64);
-    let mut ep = (**s.ep.as_ref().unwrap()).clone_for_test();
-    ep.config.held = Some(herald_core::dataplane::Hold {
-        reason: "SecretNotReady".into(),
-        message: "typo".into(),
-    });
-    s.configure(Some(Arc::new(ep)));
-    assert_eq!(s.readiness(now), Readiness::Idle);
-    assert_eq!(s.pending(), 1, "the backlog is kept");
-    let mut ep = (**s.ep.as_ref().unwrap()).clone_for_test();
-    ep.config.held = None;
-    s.configure(Some(Arc::new(ep)));
-    assert!(matches!(s.readiness(now), Readiness::Ready(_)));
-}
-
-#[test]
-fn a_deleted_endpoints_leftovers_are_not_delivered_to_its_successor() {
-    let now = Instant::now();
-    let mut s = state(json!({}), false);
-    let mut stale = item(1, Lane::New);
-    stale.endpoint_uid = Some("old-uid".into());
-    let mut fresh = item(2, Lane::New);
-    fresh.endpoint_uid = Some("u".into());
-    s.lanes.queue(Lane::New).offer(stale, 64);
-    s.lanes.queue(Lane::New).offer(fresh, 64);
-    let started = start(&mut s, now).unwrap();
-    assert_eq!(started.seq, 2, "the old endpoint's message is skipped");
-    assert_eq!(
-        s.lanes.queue(Lane::New).low_water(),
-        2,
-        "and counts as done"
-    );
 }
