@@ -302,6 +302,10 @@ pub struct LastingState {
     /// Unix milliseconds until which the receiver asked for a pause.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_until_ms: Option<u64>,
+    /// The adaptive concurrency limit while the endpoint is failing, so a new owner does
+    /// not start a struggling receiver at the initial limit again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<u32>,
 }
 
 /// The most recent attempt, as reported in health.

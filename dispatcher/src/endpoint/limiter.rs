@@ -35,6 +35,11 @@ impl Limiter {
         *self = Self::new(max);
     }
 
+    /// Continues from a limit a previous owner learned.
+    pub fn restore(&mut self, limit: u32, max: u32) {
+        self.limit = limit.clamp(1, max.max(1));
+    }
+
     /// A success; `slow` when its latency was close to the timeout.
     pub fn on_success(&mut self, slow: bool, max: u32) {
         if slow {

@@ -125,6 +125,9 @@ impl EndpointState {
         if let Some(state) = saved.circuit {
             self.circuit = Circuit::restore(state);
         }
+        if let Some(limit) = saved.concurrency_limit {
+            self.limiter.restore(limit, max_in_flight(self.ep.as_ref()));
+        }
         if let Some(until) = saved.retry_after_until_ms.filter(|u| *u > now_ms) {
             self.pace
                 .hold_for(std::time::Duration::from_millis(until - now_ms), now);

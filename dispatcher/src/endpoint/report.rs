@@ -76,6 +76,7 @@ impl EndpointState {
             failing_since_ms: self.failures.since_ms(),
             circuit: (circuit != CircuitState::Closed).then_some(circuit),
             retry_after_until_ms,
+            concurrency_limit: self.failures.since_ms().map(|_| self.limiter.limit()),
         };
         let default = LastingState {
             uid: state.uid.clone(),

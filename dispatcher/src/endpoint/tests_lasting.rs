@@ -29,11 +29,13 @@ fn lasting_state_survives_a_restart() {
     assert_eq!(saved.failing_since_ms, Some(1_000));
     assert_eq!(saved.circuit, Some(CircuitState::Open));
     assert_eq!(saved.retry_after_until_ms, Some(4_000));
+    assert_eq!(saved.concurrency_limit, Some(2), "halved by the 429");
 
     // A new owner: fresh state, restored.
     let mut fresh = state(json!({"circuitBreaker": {"failureThreshold": 1}}), false);
     fresh.lanes.queue(Lane::New).offer(item(2, Lane::New), 64);
     fresh.restore(&saved, now, 2_000);
+    assert_eq!(fresh.limit(), 2, "not four at once after the pause");
     assert_eq!(
         fresh.failing_since_ms(),
         Some(1_000),
