@@ -18,6 +18,7 @@
 //!   would only redeliver those after their ack wait, behind newer events, which would
 //!   reorder `ordered` endpoints after a crash.
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, Message};
 use bytes::Bytes;
 use futures::StreamExt;
+use futures::stream::FuturesOrdered;
 use herald_core::dataplane::{
     self, DEADLETTER_PREFIX, ENDPOINT_UID_HEADER, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER,
     PUBLISHED_HEADER, REASON_HEADER, SUBJECT_HEADER,
@@ -83,6 +85,12 @@ struct Pending {
 
 /// The publishes could not be sent; try the event again.
 struct Retry;
+
+/// An event's publishes, sent; `ordered` when one of them is for an `ordered` endpoint.
+struct Sent {
+    acks: Vec<PublishAckFuture>,
+    ordered: bool,
+}
 
 impl FanOut {
     /// Runs until `stop` is set. An error is for the supervisor (it restarts).
@@ -178,15 +186,18 @@ impl FanOut {
     ) -> Result<(), async_nats::Error> {
         let info = consumer.get_info().await?;
         let from = info.ack_floor.stream_sequence + 1;
-        if from >= first {
+        // Up to what the consumer handed out: the first message this worker got may be a
+        // redelivery, with the predecessor's newer (unacknowledged) events above it.
+        let to = info.delivered.stream_sequence.max(first.saturating_sub(1));
+        if from > to {
             return Ok(());
         }
         tracing::info!(
             from,
-            to = first - 1,
+            to,
             "re-publishing events a previous fan-out worker left unacknowledged"
         );
-        for seq in from..first {
+        for seq in from..=to {
             let stored = match self.events.direct_get(seq).await {
                 Ok(m) => Stored {
                     seq,
@@ -207,7 +218,10 @@ impl FanOut {
         Ok(())
     }
 
-    /// [`Self::fan_out`] until its publishes are sent (or `stop`: `None`).
+    /// [`Self::fan_out`] until its publishes are sent (or `stop`: `None`). An event for
+    /// an `ordered` endpoint is not pipelined: its publishes must be acknowledged before
+    /// any later event is published, or a NATS leader change could store a later event
+    /// ahead of it.
     async fn fan_out_retrying(
         &self,
         stored: &Stored,
@@ -217,21 +231,33 @@ impl FanOut {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
         let mut message = message;
         loop {
-            match self.fan_out(stored).await {
-                Ok(acks) => return Some(Pending { message, acks }),
-                Err(Retry) => {
-                    tracing::warn!(
-                        seq = stored.seq,
-                        "fan-out publish failed; retrying the event before any later one"
-                    );
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff.next_delay(fastrand::f64())) => {}
-                        _ = stop.wait_for(|s| *s) => {
-                            // Not acked: redelivered to the next worker.
-                            message.take();
-                            return None;
-                        }
-                    }
+            let sent = match self.fan_out(stored).await {
+                Ok(Sent {
+                    acks,
+                    ordered: false,
+                }) => return Some(Pending { message, acks }),
+                Ok(Sent {
+                    acks,
+                    ordered: true,
+                }) => all_acknowledged(acks).await,
+                Err(Retry) => false,
+            };
+            if sent {
+                return Some(Pending {
+                    message,
+                    acks: Vec::new(),
+                });
+            }
+            tracing::warn!(
+                seq = stored.seq,
+                "fan-out publish failed; retrying the event before any later one"
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.next_delay(fastrand::f64())) => {}
+                _ = stop.wait_for(|s| *s) => {
+                    // Not acked: redelivered to the next worker.
+                    message.take();
+                    return None;
                 }
             }
         }
@@ -239,7 +265,7 @@ impl FanOut {
 
     /// Publishes the event's lane messages (without waiting for their acks), or its
     /// dead letter.
-    async fn fan_out(&self, stored: &Stored) -> Result<Vec<PublishAckFuture>, Retry> {
+    async fn fan_out(&self, stored: &Stored) -> Result<Sent, Retry> {
         let published = jiff::Timestamp::from_millisecond(stored.published_ms as i64)
             .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
         let event_id = dataplane::event_id(stored.published_ms, stored.seq);
@@ -257,7 +283,13 @@ impl FanOut {
         );
         let (event, endpoints) = match event {
             Ok(ok) => ok,
-            Err(bad) => return self.dead_letter(stored, &event_id, bad).await,
+            Err(bad) => {
+                let acks = self.dead_letter(stored, &event_id, bad).await?;
+                return Ok(Sent {
+                    acks,
+                    ordered: false,
+                });
+            }
         };
         self.metrics.events_ingested.inc();
         let mut acks = Vec::with_capacity(endpoints.len());
@@ -287,7 +319,8 @@ impl FanOut {
                 Err(_) => return Err(Retry),
             }
         }
-        Ok(acks)
+        let ordered = endpoints.iter().any(|e| e.config.ordered);
+        Ok(Sent { acks, ordered })
     }
 
     async fn dead_letter(
@@ -338,30 +371,54 @@ pub fn ordering_key_hash(value: Option<&serde_json::Value>) -> u64 {
     dataplane::fnv1a(text.bytes())
 }
 
-/// Acks events in order once all their lane publishes are acknowledged. An event whose
-/// publishes were not acknowledged is not acked: it is redelivered and fanned out again
-/// (deduplicated).
+/// Whether every publish was acknowledged (awaited together).
+async fn all_acknowledged(acks: Vec<PublishAckFuture>) -> bool {
+    futures::future::join_all(acks.into_iter().map(IntoFuture::into_future))
+        .await
+        .iter()
+        .all(Result::is_ok)
+}
+
+/// Acks events in order once all their lane publishes are acknowledged. Every event's
+/// acks are awaited from the moment it arrives (not one event after another), so a
+/// batch of publishes that NATS lost costs one ack timeout, not one per event. An event
+/// whose publishes were not acknowledged is not acked: it is redelivered and fanned out
+/// again (deduplicated).
 async fn ack_in_order(mut rx: mpsc::Receiver<Pending>, metrics: Arc<Metrics>) {
-    while let Some(Pending { message, acks }) = rx.recv().await {
-        let mut ok = true;
-        for ack in acks {
-            if let Err(error) = ack.await {
-                tracing::warn!(%error, "lane publish not acknowledged; the event will be retried");
-                ok = false;
+    let mut inflight = FuturesOrdered::new();
+    let mut open = true;
+    while open || !inflight.is_empty() {
+        tokio::select! {
+            Some((message, ok)) = inflight.next(), if !inflight.is_empty() => {
+                settle(message, ok, &metrics).await;
             }
+            pending = rx.recv(), if open && inflight.len() < PIPELINE => match pending {
+                Some(Pending { message, acks }) => inflight.push_back(async move {
+                    let acked = futures::future::join_all(acks.into_iter().map(IntoFuture::into_future)).await;
+                    let ok = acked.iter().all(Result::is_ok);
+                    if let Some(Err(error)) = acked.into_iter().find(Result::is_err) {
+                        tracing::warn!(%error, "lane publish not acknowledged; the event will be retried");
+                    }
+                    (message, ok)
+                }),
+                None => open = false,
+            },
         }
-        let Some(message) = message else {
-            continue;
-        };
-        if ok {
-            metrics.fanned_out.inc();
-            if let Err(error) = message.ack().await {
-                tracing::debug!(%error, "event ack failed; it will be fanned out again (deduplicated)");
-            }
-        } else {
-            let _ = message
-                .ack_with(jetstream::AckKind::Nak(Some(Duration::from_secs(1))))
-                .await;
+    }
+}
+
+async fn settle(message: Option<Message>, ok: bool, metrics: &Metrics) {
+    let Some(message) = message else {
+        return;
+    };
+    if ok {
+        metrics.fanned_out.inc();
+        if let Err(error) = message.ack().await {
+            tracing::debug!(%error, "event ack failed; it will be fanned out again (deduplicated)");
         }
+    } else {
+        let _ = message
+            .ack_with(jetstream::AckKind::Nak(Some(Duration::from_secs(1))))
+            .await;
     }
 }

@@ -185,7 +185,7 @@ fn start(
         let (shared, readiness, stop) = (shared.clone(), readiness.clone(), stop.clone());
         move || {
             let fanout = fanout::FanOut {
-                js: shared.layout.js.clone(),
+                js: shared.layout.fanout_js.clone(),
                 events: shared.layout.events.clone(),
                 index: shared.index.clone(),
                 metrics: shared.metrics.clone(),

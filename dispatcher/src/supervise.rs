@@ -78,6 +78,33 @@ impl Backoff {
     }
 }
 
+/// Runs `attempt()` up to `tries` times with back-off (0.5 s doubling) until it
+/// succeeds: for writes that must survive a short NATS outage (attempt records, saved
+/// endpoint state). Logs each failure; returns the last error.
+pub async fn with_retries<F, Fut, T, E>(what: &str, tries: u32, mut attempt: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
+    let mut tried = 0;
+    loop {
+        tried += 1;
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) if tried >= tries => {
+                tracing::warn!(%error, what, tried, "giving up");
+                return Err(error);
+            }
+            Err(error) => {
+                tracing::debug!(%error, what, tried, "failed; retrying");
+                tokio::time::sleep(backoff.next_delay(fastrand::f64())).await;
+            }
+        }
+    }
+}
+
 /// Runs `start()` until `stop` becomes true, restarting it whenever it ends on its own.
 /// The task must watch `stop` itself and return when it is set (so it can stop
 /// gracefully); `supervise` returns then.

@@ -7,6 +7,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt;
 use herald_core::dataplane::{
@@ -15,6 +18,7 @@ use herald_core::dataplane::{
 };
 
 use super::{Runtime, now_ms};
+use crate::supervise::with_retries;
 
 /// How long loading a shard's saved state may take before the shard starts without
 /// what is left (it is re-saved by whoever still has it).
@@ -102,6 +106,40 @@ pub async fn load_scheduled(
     Ok(scheduled)
 }
 
+/// A save of one key: the value, or `None` to delete it.
+pub type Save = (String, Option<Bytes>);
+
+/// Writes saves in the order they were made (a retried older value never overwrites a
+/// newer one), the latest per key only, each retried through a short NATS outage. Ends
+/// when the shard drops its sender.
+pub fn saver(kv: async_nats::jetstream::kv::Store) -> mpsc::UnboundedSender<Save> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Save>();
+    tokio::spawn(async move {
+        while let Some(first) = rx.recv().await {
+            // Coalesce what queued meanwhile: the latest value of each key wins.
+            let mut batch: Vec<Save> = vec![first];
+            while let Ok(next) = rx.try_recv() {
+                batch.retain(|(name, _)| *name != next.0);
+                batch.push(next);
+            }
+            for (name, value) in batch {
+                let save = || async {
+                    match &value {
+                        Some(value) => kv
+                            .put(&name, value.clone())
+                            .await
+                            .map(|_| ())
+                            .map_err(async_nats::Error::from),
+                        None => kv.delete(&name).await.map_err(async_nats::Error::from),
+                    }
+                };
+                let _ = with_retries("saving endpoint state", 8, save).await;
+            }
+        }
+    });
+    tx
+}
+
 impl Runtime {
     /// Saves (or deletes) the endpoint's lasting state when it differs from what was
     /// saved last.
@@ -113,27 +151,12 @@ impl Runtime {
         if !self.reports.lasting_changed(key, lasting.as_ref()) {
             return;
         }
-        let kv = self.shared.layout.health.clone();
         let name = BucketKey::Lasting {
             shard: self.shard,
             key: key.clone(),
         }
         .to_string();
-        tokio::spawn(async move {
-            let result = match lasting {
-                Some(lasting) => kv
-                    .put(
-                        &name,
-                        serde_json::to_vec(&lasting).expect("serializes").into(),
-                    )
-                    .await
-                    .map(|_| ())
-                    .map_err(async_nats::Error::from),
-                None => kv.delete(&name).await.map_err(async_nats::Error::from),
-            };
-            if let Err(error) = result {
-                tracing::warn!(%error, key = name, "saving endpoint state failed");
-            }
-        });
+        let value = lasting.map(|l| Bytes::from(serde_json::to_vec(&l).expect("serializes")));
+        let _ = self.saver.send((name, value));
     }
 }

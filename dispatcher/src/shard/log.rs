@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use async_nats::jetstream;
 use herald_core::dataplane::{AttemptRecord, EndpointKey};
 
+use crate::supervise::with_retries;
+
 /// Largest attempt-log message.
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 
@@ -26,23 +28,25 @@ impl AttemptLog {
         }
     }
 
-    /// Publishes everything buffered (acknowledged in the background; a failed write is
-    /// logged: the attempt itself is done, only its record is missing).
+    /// Publishes everything buffered, acknowledged in the background and retried through
+    /// a NATS restart (about a minute); only a longer outage loses records — the
+    /// attempts themselves are done either way.
     pub fn flush(&mut self, js: &jetstream::Context) {
         for (key, records) in self.pending.drain() {
             let subject = key.attempts_subject();
             for payload in batches(&records) {
                 let js = js.clone();
                 let subject = subject.clone();
+                let payload = bytes::Bytes::from(payload);
                 tokio::spawn(async move {
-                    match js.publish(subject, payload.into()).await {
-                        Ok(ack) => {
-                            if let Err(error) = ack.await {
-                                tracing::warn!(%error, "attempt log write not acknowledged");
-                            }
-                        }
-                        Err(error) => tracing::warn!(%error, "attempt log write failed"),
-                    }
+                    let write = || async {
+                        js.publish(subject.clone(), payload.clone())
+                            .await
+                            .map_err(async_nats::Error::from)?
+                            .await
+                            .map_err(async_nats::Error::from)
+                    };
+                    let _ = with_retries("writing attempt records", 8, write).await;
                 });
             }
         }

@@ -126,11 +126,13 @@ struct Runtime {
     refill_rx: mpsc::Receiver<Refill>,
     log: log::AttemptLog,
     reports: report::Reports,
+    saver: tokio::sync::mpsc::UnboundedSender<lasting::Save>,
 }
 
 impl Runtime {
     fn new(shared: Shared, shard: u32, saved: HashMap<EndpointKey, LastingState>) -> Self {
         let (refill_tx, refill_rx) = mpsc::channel(1024);
+        let saver = lasting::saver(shared.layout.health.clone());
         Self {
             shared,
             shard,
@@ -143,6 +145,7 @@ impl Runtime {
             refill_rx,
             log: log::AttemptLog::default(),
             reports: report::Reports::default(),
+            saver,
         }
     }
 
@@ -155,6 +158,10 @@ impl Runtime {
             .create_consumer(pull::OrderedConfig {
                 filter_subject: format!("{LANE_PREFIX}.{}.>", self.shard),
                 deliver_policy: DeliverPolicy::All,
+                // Short pull requests, so heartbeats are 2 s apart and a consumer lost with
+                // a restarted NATS server is noticed and recreated within seconds (the
+                // client's default is 15 s).
+                max_expires: Duration::from_secs(4),
                 ..Default::default()
             })
             .await
