@@ -47,7 +47,18 @@ pub struct LaneQueue {
     in_flight: BTreeSet<u64>,
     fetching: bool,
     purged_below: u64,
+    /// Items finished since the last purge: a busy lane is purged early (see
+    /// [`LaneQueue::early_purge_point`]), so a crash redelivers little of it.
+    done_since_purge: u32,
 }
+
+/// A busy lane is purged once this many of its items are done (and at least
+/// [`EARLY_PURGE_GAP`] after its last purge) instead of waiting for the once-a-second
+/// purge: what a crash delivers again is then what was in flight plus at most this many
+/// items per lane, at a cost of at most one purge per this many deliveries.
+pub const EARLY_PURGE_ITEMS: u32 = 32;
+/// The shortest time between two purges of one lane.
+pub const EARLY_PURGE_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A refill to run: read the lane's subject from `from` up to `until`, at most `room`
 /// items.
@@ -142,8 +153,17 @@ impl LaneQueue {
         let low = self.low_water();
         (low > self.purged_below && self.last_seen > 0).then(|| {
             self.purged_below = low;
+            self.done_since_purge = 0;
             low
         })
+    }
+
+    /// [`Self::purge_point`] when enough items are done since the last purge.
+    pub fn early_purge_point(&mut self) -> Option<u64> {
+        if self.done_since_purge < EARLY_PURGE_ITEMS {
+            return None;
+        }
+        self.purge_point()
     }
 
     /// Deliveries waiting or in flight on this lane.
@@ -250,7 +270,9 @@ impl Lanes {
 
     /// An attempt of `item` ended.
     pub fn finished(&mut self, item: &Item) {
-        self.queues[index(item.lane)].in_flight.remove(&item.seq);
+        let queue = &mut self.queues[index(item.lane)];
+        queue.in_flight.remove(&item.seq);
+        queue.done_since_purge = queue.done_since_purge.saturating_add(1);
         let key = item.ordering_key.unwrap_or(0);
         if let Some(at) = self.keys_in_flight.iter().position(|k| *k == key) {
             self.keys_in_flight.swap_remove(at);
@@ -357,6 +379,27 @@ mod tests {
         assert_eq!(seqs, [4, 5, 6, 7]);
         assert_eq!(lane.pending(), 7);
         assert_eq!(lane.low_water(), 4);
+    }
+
+    #[test]
+    fn a_busy_lane_is_purged_early() {
+        let now = Instant::now();
+        let mut lanes = Lanes::default();
+        for seq in 1..=40 {
+            lanes.queue(Lane::New).offer(item(seq), 64);
+        }
+        for _ in 0..EARLY_PURGE_ITEMS - 1 {
+            let item = lanes.take(Lane::New, false, now).unwrap();
+            lanes.finished(&item);
+        }
+        assert_eq!(lanes.queue(Lane::New).early_purge_point(), None, "not yet");
+        let item = lanes.take(Lane::New, false, now).unwrap();
+        lanes.finished(&item);
+        assert_eq!(
+            lanes.queue(Lane::New).early_purge_point(),
+            Some(u64::from(EARLY_PURGE_ITEMS) + 1)
+        );
+        assert_eq!(lanes.queue(Lane::New).early_purge_point(), None, "counted afresh");
     }
 
     #[test]

@@ -144,6 +144,7 @@ impl Runtime {
         if !result.is_success() {
             tracing::debug!(endpoint = %key, outcome = result.outcome.as_str(), status = ?result.status, "attempt failed");
         }
+        self.maybe_purge(&key, lane);
         self.maybe_refill(&key, lane);
         self.mark_ready(&key);
     }

@@ -127,6 +127,8 @@ struct Runtime {
     log: log::AttemptLog,
     reports: report::Reports,
     saver: tokio::sync::mpsc::UnboundedSender<lasting::Save>,
+    /// When each busy endpoint was last purged early (see `upkeep::maybe_purge`).
+    last_purge: HashMap<EndpointKey, std::time::Instant>,
 }
 
 impl Runtime {
@@ -146,6 +148,7 @@ impl Runtime {
             log: log::AttemptLog::default(),
             reports: report::Reports::default(),
             saver,
+            last_purge: HashMap::new(),
         }
     }
 

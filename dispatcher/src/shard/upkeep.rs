@@ -7,7 +7,19 @@ use std::time::{Duration, Instant};
 use herald_core::dataplane::{EndpointKey, Lane};
 use herald_core::v1alpha1::CircuitState;
 
-use super::{Runtime, now_ms};
+use super::{Runtime, Shared, now_ms};
+use crate::endpoint::lanes::EARLY_PURGE_GAP;
+
+/// Deletes a lane's messages below `below` (done work) in the background.
+fn purge(shared: &Shared, shard: u32, key: &EndpointKey, lane: Lane, below: u64) {
+    let stream = shared.layout.deliveries.clone();
+    let subject = key.lane_subject(shard, lane);
+    tokio::spawn(async move {
+        if let Err(error) = stream.purge().filter(subject).sequence(below).await {
+            tracing::debug!(%error, "lane purge");
+        }
+    });
+}
 
 impl Runtime {
     pub(super) fn housekeeping(&mut self) {
@@ -18,13 +30,7 @@ impl Runtime {
         for (key, state) in &mut self.endpoints {
             for lane in [Lane::New, Lane::Retry] {
                 if let Some(below) = state.lanes.queue(lane).purge_point() {
-                    let stream = self.shared.layout.deliveries.clone();
-                    let subject = key.lane_subject(self.shard, lane);
-                    tokio::spawn(async move {
-                        if let Err(error) = stream.purge().filter(subject).sequence(below).await {
-                            tracing::debug!(%error, "lane purge");
-                        }
-                    });
+                    purge(&self.shared, self.shard, key, lane, below);
                 }
             }
             open += i64::from(state.circuit() != CircuitState::Closed);
@@ -68,9 +74,30 @@ impl Runtime {
             .set(oldest.map_or(0, |o| (ms.saturating_sub(o) / 1000) as i64));
     }
 
+    /// Purges a busy lane early, so a crash redelivers little of it.
+    pub(super) fn maybe_purge(&mut self, key: &EndpointKey, lane: Lane) {
+        let now = Instant::now();
+        let Some(state) = self.endpoints.get_mut(key) else {
+            return;
+        };
+        let queue = state.lanes.queue(lane);
+        if self
+            .last_purge
+            .get(key)
+            .is_some_and(|at| now.duration_since(*at) < EARLY_PURGE_GAP)
+        {
+            return;
+        }
+        if let Some(below) = queue.early_purge_point() {
+            self.last_purge.insert(key.clone(), now);
+            purge(&self.shared, self.shard, key, lane, below);
+        }
+    }
+
     fn forget(&mut self, key: &EndpointKey) {
         self.endpoints.remove(key);
         self.reports.forget(key);
+        self.last_purge.remove(key);
     }
 
     /// Stop: no new attempts; let in-flight ones finish within the grace period (their
