@@ -26,6 +26,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{self, PriorityPolicy, pull};
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::DirectGetErrorKind;
 use async_nats::jetstream::{self, Message};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -198,15 +199,8 @@ impl FanOut {
             "re-publishing events a previous fan-out worker left unacknowledged"
         );
         for seq in from..=to {
-            let stored = match self.events.direct_get(seq).await {
-                Ok(m) => Stored {
-                    seq,
-                    published_ms: (m.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
-                    subject: m.subject,
-                    payload: m.payload,
-                },
-                // Deleted or aged out: nothing to fan out.
-                Err(_) => continue,
+            let Some(stored) = self.read_back(seq, stop).await? else {
+                continue;
             };
             let Some(pending) = self.fan_out_retrying(&stored, None, stop).await else {
                 return Ok(());
@@ -216,6 +210,38 @@ impl FanOut {
                 .map_err(|_| "the fan-out acker stopped")?;
         }
         Ok(())
+    }
+
+    /// Reads event `seq` back from the stream for a catch-up: `None` when it is gone
+    /// (deleted or aged out). Any other error is retried — skipping an event that exists
+    /// would deliver it out of order, after its redelivery. An error is returned only when
+    /// `stop` is set meanwhile.
+    async fn read_back(
+        &self,
+        seq: u64,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<Option<Stored>, async_nats::Error> {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        loop {
+            match self.events.direct_get(seq).await {
+                Ok(m) => {
+                    return Ok(Some(Stored {
+                        seq,
+                        published_ms: (m.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
+                        subject: m.subject,
+                        payload: m.payload,
+                    }));
+                }
+                Err(e) if matches!(e.kind(), DirectGetErrorKind::NotFound) => return Ok(None),
+                Err(error) => {
+                    tracing::debug!(%error, seq, "reading an event back; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff.next_delay(fastrand::f64())) => {}
+                        _ = stop.wait_for(|s| *s) => return Err("stopped during a catch-up".into()),
+                    }
+                }
+            }
+        }
     }
 
     /// [`Self::fan_out`] until its publishes are sent (or `stop`: `None`). An event for

@@ -399,7 +399,11 @@ mod tests {
             lanes.queue(Lane::New).early_purge_point(),
             Some(u64::from(EARLY_PURGE_ITEMS) + 1)
         );
-        assert_eq!(lanes.queue(Lane::New).early_purge_point(), None, "counted afresh");
+        assert_eq!(
+            lanes.queue(Lane::New).early_purge_point(),
+            None,
+            "counted afresh"
+        );
     }
 
     #[test]
