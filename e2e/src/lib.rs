@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod dataplane;
+pub mod faults;
 pub mod receiver;
 
 use std::path::{Path, PathBuf};

@@ -1,17 +1,32 @@
 //! A webhook receiver on 127.0.0.1 for tests: records every request and answers as told
-//! per path (a status sequence, a delay, extra headers).
+//! per path (a status sequence, a delay, extra headers), or per event: a scripted
+//! failure of some events' first attempt ([`Behavior::fail_first_of_every`]) or seeded
+//! random faults ([`Chaos`]: error statuses, hangs past the sender's timeout, connection
+//! resets, slow bodies, 429 with `Retry-After`).
+//!
+//! Besides the raw requests it keeps, per path, what fault tests need cheaply: the first
+//! receipt of every `webhook-id` in arrival order ([`Receiver::first_receipts`]), the
+//! number of requests, the most requests in flight at once, and what each request was
+//! answered ([`Receiver::exchanges`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::body::{Body, Bytes};
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::serve::{IncomingStream, Listener};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 
 /// One request as received.
 #[derive(Debug, Clone)]
@@ -42,6 +57,8 @@ pub struct Behavior {
     pub statuses: Vec<u16>,
     pub delay: Duration,
     pub headers: Vec<(String, String)>,
+    /// A per-event rule that comes first; requests it lets through answer as above.
+    pub per_event: Option<EventRule>,
 }
 
 impl Default for Behavior {
@@ -50,6 +67,7 @@ impl Default for Behavior {
             statuses: vec![200],
             delay: Duration::ZERO,
             headers: Vec::new(),
+            per_event: None,
         }
     }
 }
@@ -73,6 +91,151 @@ impl Behavior {
         self.headers.push((name.to_owned(), value.to_owned()));
         self
     }
+
+    /// The first request of every `every`-th event (by its numeric `data`: 0, every,
+    /// 2·every, ...) answers `status`; its retries and every other event answer 200.
+    pub fn fail_first_of_every(every: u64, status: u16) -> Self {
+        Self {
+            per_event: Some(EventRule::FailFirstOfEvery { every, status }),
+            ..Default::default()
+        }
+    }
+
+    /// Seeded random faults per request (see [`Chaos`]).
+    pub fn chaos(chaos: Chaos) -> Self {
+        Self {
+            per_event: Some(EventRule::Chaos(chaos)),
+            ..Default::default()
+        }
+    }
+}
+
+/// An answer decided per event rather than per path.
+#[derive(Debug, Clone)]
+pub enum EventRule {
+    /// See [`Behavior::fail_first_of_every`].
+    FailFirstOfEvery { every: u64, status: u16 },
+    /// See [`Chaos`].
+    Chaos(Chaos),
+}
+
+/// Random faults, reproducible: the answer to a request is a function of the seed, the
+/// path, the event's `data` (or its `webhook-id` when `data` is not a number) and how
+/// many requests of that event the path has had before — not of arrival order or time,
+/// so the same run of events meets the same faults whatever the timing.
+#[derive(Debug, Clone)]
+pub struct Chaos {
+    pub seed: u64,
+    /// Each fault with its probability in permille; what is left answers 200.
+    pub faults: Vec<(Fault, u32)>,
+    /// After this many faulty answers to one event, it gets 200: every event succeeds
+    /// within `max_faults + 1` attempts, so a finite retry schedule suffices.
+    pub max_faults: u32,
+    /// How long [`Fault::Hang`] holds a request before answering 200 (make it longer
+    /// than the endpoint's timeout).
+    pub hang: Duration,
+    /// How long [`Fault::SlowBody`] takes to send its body.
+    pub slow_body: Duration,
+}
+
+impl Chaos {
+    /// Every fault kind at `permille_each`, at most `max_faults` per event.
+    pub fn uniform(seed: u64, permille_each: u32, max_faults: u32) -> Self {
+        Self {
+            seed,
+            faults: vec![
+                (Fault::Status(500), permille_each),
+                (Fault::Hang, permille_each),
+                (Fault::Reset, permille_each),
+                (Fault::SlowBody, permille_each),
+                (Fault::RetryAfter(1), permille_each),
+            ],
+            max_faults,
+            hang: Duration::from_secs(3),
+            slow_body: Duration::from_millis(300),
+        }
+    }
+
+    /// The fault for the `nth` request (0-based) of `event` on `path`, if any.
+    fn draw(&self, path: &str, event: &str, nth: u32) -> Option<Fault> {
+        let mut h = splitmix(self.seed ^ fnv(path.as_bytes()));
+        h = splitmix(h ^ fnv(event.as_bytes()));
+        h = splitmix(h ^ u64::from(nth));
+        let roll = (h % 1000) as u32;
+        let mut acc = 0;
+        for (fault, permille) in &self.faults {
+            acc += permille;
+            if roll < acc {
+                return Some(*fault);
+            }
+        }
+        None
+    }
+}
+
+/// One kind of random fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer this status.
+    Status(u16),
+    /// Hold the request (past the sender's timeout), then answer 200 if anyone still
+    /// listens.
+    Hang,
+    /// Reset the connection (TCP RST) without answering.
+    Reset,
+    /// Answer 200, sending the body slowly (a success, just a slow one).
+    SlowBody,
+    /// Answer 429 with `Retry-After: <seconds>`.
+    RetryAfter(u64),
+}
+
+impl Fault {
+    /// Whether the sender sees a failure (everything but a slow success).
+    pub fn fails(self) -> bool {
+        !matches!(self, Fault::SlowBody)
+    }
+}
+
+/// What a request was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// A status from the path's sequence (or a per-event rule's status).
+    Status(u16),
+    /// A random fault.
+    Fault(Fault),
+}
+
+/// One request and its answer, in arrival order.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub at: Instant,
+    pub webhook_id: String,
+    /// The event's `data` when it is a number.
+    pub data: Option<i64>,
+    pub answer: Answer,
+}
+
+/// The first request of one `webhook-id` on a path.
+#[derive(Debug, Clone)]
+pub struct FirstReceipt {
+    pub webhook_id: String,
+    pub data: Option<i64>,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct PathLog {
+    requests: usize,
+    /// webhook-id -> requests so far.
+    tries: HashMap<String, u32>,
+    /// webhook-id -> faulty answers so far (chaos budget).
+    faults: HashMap<String, u32>,
+    /// webhook-ids answered with a success already.
+    succeeded: std::collections::HashSet<String>,
+    /// Requests of a webhook-id that had been answered with a success before.
+    after_success: usize,
+    firsts: Vec<FirstReceipt>,
+    exchanges: Vec<Exchange>,
 }
 
 #[derive(Default)]
@@ -82,6 +245,7 @@ struct Inner {
     served: HashMap<String, usize>,
     in_flight: HashMap<String, usize>,
     max_in_flight: HashMap<String, usize>,
+    logs: HashMap<String, PathLog>,
 }
 
 /// A running receiver; stops when dropped... or with the test process.
@@ -94,7 +258,7 @@ pub struct Receiver {
 impl Receiver {
     /// Starts a receiver on a free port of 127.0.0.1.
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("binding the receiver");
         let addr = listener.local_addr().expect("receiver address");
@@ -103,7 +267,11 @@ impl Receiver {
             .route("/{*path}", post(handle))
             .with_state(inner.clone());
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(
+                ResettableListener(listener),
+                app.into_make_service_with_connect_info::<Conn>(),
+            )
+            .await;
         });
         Self { addr, inner }
     }
@@ -133,7 +301,8 @@ impl Receiver {
             .collect()
     }
 
-    /// The most requests that were ever in flight at once on `path`.
+    /// The most requests that were ever in flight at once on `path` (a request is in
+    /// flight until its response body is sent or its connection is gone).
     pub fn max_in_flight(&self, path: &str) -> usize {
         *self
             .inner
@@ -143,17 +312,114 @@ impl Receiver {
             .get(path)
             .unwrap_or(&0)
     }
+
+    /// Requests received on `path` so far (cheap).
+    pub fn request_count(&self, path: &str) -> usize {
+        self.inner
+            .lock()
+            .unwrap()
+            .logs
+            .get(path)
+            .map_or(0, |l| l.requests)
+    }
+
+    /// Distinct `webhook-id`s received on `path` so far (cheap).
+    pub fn distinct_count(&self, path: &str) -> usize {
+        self.inner
+            .lock()
+            .unwrap()
+            .logs
+            .get(path)
+            .map_or(0, |l| l.firsts.len())
+    }
+
+    /// Requests on `path` for a `webhook-id` that had already been answered with a
+    /// success: the duplicates a receiver deduplicates (retries after a failure are not
+    /// counted).
+    pub fn duplicate_count(&self, path: &str) -> usize {
+        self.inner
+            .lock()
+            .unwrap()
+            .logs
+            .get(path)
+            .map_or(0, |l| l.after_success)
+    }
+
+    /// The `webhook-id`s `path` answered with a success.
+    pub fn succeeded_ids(&self, path: &str) -> std::collections::HashSet<String> {
+        self.inner
+            .lock()
+            .unwrap()
+            .logs
+            .get(path)
+            .map(|l| l.succeeded.clone())
+            .unwrap_or_default()
+    }
+
+    /// The first request of every `webhook-id` on `path`, in arrival order.
+    pub fn first_receipts(&self, path: &str) -> Vec<FirstReceipt> {
+        self.inner
+            .lock()
+            .unwrap()
+            .logs
+            .get(path)
+            .map(|l| l.firsts.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every request on `path` with its answer, in arrival order.
+    pub fn exchanges(&self, path: &str) -> Vec<Exchange> {
+        self.inner
+            .lock()
+            .unwrap()
+            .logs
+            .get(path)
+            .map(|l| l.exchanges.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Counts a request in flight until dropped: when the handler returns, when its slow body
+/// is sent, or when hyper drops the handler because the client went away.
+struct InFlight {
+    inner: Arc<Mutex<Inner>>,
+    path: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut inner) = self.inner.lock()
+            && let Some(n) = inner.in_flight.get_mut(&self.path)
+        {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// What the handler does after recording the request.
+enum Plan {
+    Scripted {
+        status: u16,
+        delay: Duration,
+        headers: Vec<(String, String)>,
+    },
+    Fault(Fault, Duration),
 }
 
 async fn handle(
     State(inner): State<Arc<Mutex<Inner>>>,
+    ConnectInfo(conn): ConnectInfo<Conn>,
     Path(path): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let behavior = {
-        let mut inner = inner.lock().unwrap();
-        let headers = headers
+    let data = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("data").and_then(serde_json::Value::as_i64));
+    let (plan, guard) = {
+        let mut guard = inner.lock().unwrap();
+        let inner_ref = &mut *guard;
+        let headers: HashMap<String, String> = headers
             .iter()
             .map(|(k, v)| {
                 (
@@ -162,35 +428,293 @@ async fn handle(
                 )
             })
             .collect();
-        inner.received.push(Received {
+        let webhook_id = headers.get("webhook-id").cloned().unwrap_or_default();
+        let at = Instant::now();
+        inner_ref.received.push(Received {
             path: path.clone(),
             headers,
             body,
-            at: Instant::now(),
+            at,
         });
-        let n = inner.in_flight.entry(path.clone()).or_default();
+        let n = inner_ref.in_flight.entry(path.clone()).or_default();
         *n += 1;
         let now = *n;
-        let max = inner.max_in_flight.entry(path.clone()).or_default();
+        let max = inner_ref.max_in_flight.entry(path.clone()).or_default();
         *max = (*max).max(now);
-        let behavior = inner.behaviors.get(&path).cloned().unwrap_or_default();
-        let served = inner.served.entry(path.clone()).or_default();
-        let status = behavior.statuses[(*served).min(behavior.statuses.len() - 1)];
-        *served += 1;
-        (behavior, status)
+        let behavior = inner_ref.behaviors.get(&path).cloned().unwrap_or_default();
+        let log = inner_ref.logs.entry(path.clone()).or_default();
+        log.requests += 1;
+        let tries = log.tries.entry(webhook_id.clone()).or_default();
+        let nth = *tries;
+        *tries += 1;
+        if nth == 0 {
+            log.firsts.push(FirstReceipt {
+                webhook_id: webhook_id.clone(),
+                data,
+                at,
+            });
+        }
+        let event = data.map_or_else(|| webhook_id.clone(), |d| d.to_string());
+        let plan = match &behavior.per_event {
+            Some(EventRule::FailFirstOfEvery { every, status })
+                if nth == 0 && data.is_some_and(|d| d.rem_euclid((*every).max(1) as i64) == 0) =>
+            {
+                Some(Plan::Scripted {
+                    status: *status,
+                    delay: Duration::ZERO,
+                    headers: Vec::new(),
+                })
+            }
+            Some(EventRule::Chaos(chaos)) => {
+                let spent = log.faults.get(&webhook_id).copied().unwrap_or(0);
+                let fault = chaos
+                    .draw(&path, &event, nth)
+                    .filter(|f| !f.fails() || spent < chaos.max_faults);
+                if fault.is_some_and(Fault::fails) {
+                    *log.faults.entry(webhook_id.clone()).or_default() += 1;
+                }
+                let wait = match fault {
+                    Some(Fault::Hang) => chaos.hang,
+                    _ => chaos.slow_body,
+                };
+                Some(fault.map_or(
+                    Plan::Scripted {
+                        status: 200,
+                        delay: Duration::ZERO,
+                        headers: Vec::new(),
+                    },
+                    |f| Plan::Fault(f, wait),
+                ))
+            }
+            _ => None,
+        };
+        let plan = plan.unwrap_or_else(|| {
+            let served = inner_ref.served.entry(path.clone()).or_default();
+            let status = behavior.statuses[(*served).min(behavior.statuses.len() - 1)];
+            *served += 1;
+            Plan::Scripted {
+                status,
+                delay: behavior.delay,
+                headers: behavior.headers.clone(),
+            }
+        });
+        let answer = match &plan {
+            Plan::Scripted { status, .. } => Answer::Status(*status),
+            Plan::Fault(f, _) => Answer::Fault(*f),
+        };
+        let log = inner_ref.logs.entry(path.clone()).or_default();
+        let success = match answer {
+            Answer::Status(s) => (200..300).contains(&s),
+            Answer::Fault(f) => f == Fault::SlowBody,
+        };
+        if log.succeeded.contains(&webhook_id) {
+            log.after_success += 1;
+        } else if success {
+            log.succeeded.insert(webhook_id.clone());
+        }
+        log.exchanges.push(Exchange {
+            at,
+            webhook_id,
+            data,
+            answer,
+        });
+        let guard = InFlight {
+            inner: inner.clone(),
+            path,
+        };
+        (plan, guard)
     };
-    let (behavior, status) = behavior;
-    if !behavior.delay.is_zero() {
-        tokio::time::sleep(behavior.delay).await;
+    match plan {
+        Plan::Scripted {
+            status,
+            delay,
+            headers,
+        } => {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            drop(guard);
+            let mut response =
+                (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), "ok").into_response();
+            for (name, value) in headers {
+                response.headers_mut().insert(
+                    axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    value.parse().unwrap(),
+                );
+            }
+            response
+        }
+        Plan::Fault(Fault::Status(status), _) => {
+            drop(guard);
+            (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+                "fault",
+            )
+                .into_response()
+        }
+        Plan::Fault(Fault::RetryAfter(seconds), _) => {
+            drop(guard);
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, "slow down").into_response();
+            response
+                .headers_mut()
+                .insert("retry-after", seconds.to_string().parse().unwrap());
+            response
+        }
+        Plan::Fault(Fault::Hang, hang) => {
+            // Dropped here (guard and all) if the client gives up and hyper notices.
+            tokio::time::sleep(hang).await;
+            drop(guard);
+            (StatusCode::OK, "late").into_response()
+        }
+        Plan::Fault(Fault::Reset, _) => {
+            // The connection fails the response's write and is closed with SO_LINGER 0:
+            // the client gets a TCP RST instead of an answer.
+            conn.0.store(true, Ordering::SeqCst);
+            drop(guard);
+            (StatusCode::OK, "never sent").into_response()
+        }
+        Plan::Fault(Fault::SlowBody, slow) => {
+            const CHUNKS: u32 = 5;
+            let pause = slow / CHUNKS;
+            let body = futures::stream::unfold((0u32, Some(guard)), move |(i, guard)| async move {
+                if i == CHUNKS {
+                    drop(guard);
+                    return None;
+                }
+                tokio::time::sleep(pause).await;
+                Some((
+                    Ok::<_, std::io::Error>(Bytes::from_static(b"slow ")),
+                    (i + 1, guard),
+                ))
+            });
+            (StatusCode::OK, Body::from_stream(body)).into_response()
+        }
     }
-    *inner.lock().unwrap().in_flight.entry(path).or_default() -= 1;
-    let mut response =
-        (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), "ok").into_response();
-    for (name, value) in behavior.headers {
-        response.headers_mut().insert(
-            axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            value.parse().unwrap(),
-        );
+}
+
+/// SplitMix64: a tiny, good-enough mixer for seeded decisions (no RNG dependency).
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    herald_core::dataplane::fnv1a(bytes.iter().copied())
+}
+
+/// A listener whose connections can be reset from a handler ([`Conn`]).
+struct ResettableListener(TcpListener);
+
+impl Listener for ResettableListener {
+    type Io = ResettableIo;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.0.accept().await {
+                Ok((stream, addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    return (
+                        ResettableIo {
+                            stream,
+                            reset: Arc::new(AtomicBool::new(false)),
+                        },
+                        addr,
+                    );
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
     }
-    response
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.0.local_addr()
+    }
+}
+
+/// A TCP connection that fails every operation once its `reset` flag is set and then
+/// closes with a TCP RST.
+struct ResettableIo {
+    stream: TcpStream,
+    reset: Arc<AtomicBool>,
+}
+
+impl ResettableIo {
+    fn check(&self) -> std::io::Result<()> {
+        if self.reset.load(Ordering::SeqCst) {
+            Err(std::io::ErrorKind::ConnectionReset.into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for ResettableIo {
+    fn drop(&mut self) {
+        if self.reset.load(Ordering::SeqCst) {
+            let _ = self.stream.set_zero_linger();
+        }
+    }
+}
+
+impl AsyncRead for ResettableIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ResettableIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.stream).poll_shutdown(cx)
+    }
+}
+
+/// A handler's handle on its connection: setting the flag resets it.
+#[derive(Clone)]
+struct Conn(Arc<AtomicBool>);
+
+impl Connected<IncomingStream<'_, ResettableListener>> for Conn {
+    fn connect_info(stream: IncomingStream<'_, ResettableListener>) -> Self {
+        Conn(stream.io().reset.clone())
+    }
 }
