@@ -64,6 +64,8 @@ pub const SUBJECT_HEADER: &str = "Herald-Subject";
 /// left behind by a deleted endpoint is not delivered to a re-created one of the same
 /// name.
 pub const ENDPOINT_UID_HEADER: &str = "Herald-Endpoint-Uid";
+/// The header NATS KV puts on a deleted or purged key's marker (`DEL`, `PURGE`).
+pub const KV_OPERATION_HEADER: &str = "KV-Operation";
 /// JetStream's header that makes a message a schedule (`@at <RFC 3339 time>`).
 pub const SCHEDULE_HEADER: &str = "Nats-Schedule";
 /// JetStream's header naming the subject a schedule publishes to when due.

@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt;
 use herald_core::dataplane::{
-    BucketKey, EndpointKey, HEALTH_BUCKET, LastingState, SCHEDULE_PREFIX, event_published_ms,
-    parse_schedule_subject,
+    BucketKey, EndpointKey, HEALTH_BUCKET, KV_OPERATION_HEADER, LastingState, SCHEDULE_PREFIX,
+    event_published_ms, parse_schedule_subject,
 };
 
 use super::{Runtime, now_ms};
@@ -54,7 +54,7 @@ pub async fn load(
             let deleted = message
                 .headers
                 .as_ref()
-                .and_then(|h| h.get("KV-Operation"))
+                .and_then(|h| h.get(KV_OPERATION_HEADER))
                 .is_some_and(|op| op.as_str() != "PUT");
             let key = message
                 .subject
