@@ -18,7 +18,6 @@
 //!   would only redeliver those after their ack wait, behind newer events, which would
 //!   reorder `ordered` endpoints after a crash.
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,16 +25,17 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{self, PriorityPolicy, pull};
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::message::PublishMessage;
-use async_nats::jetstream::stream::DirectGetErrorKind;
 use async_nats::jetstream::{self, Message};
 use bytes::Bytes;
 use futures::StreamExt;
-use futures::stream::FuturesOrdered;
 use herald_core::dataplane::{
     self, DEADLETTER_PREFIX, ENDPOINT_UID_HEADER, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER,
     PUBLISHED_HEADER, REASON_HEADER, SUBJECT_HEADER,
 };
 use tokio::sync::{mpsc, watch};
+
+mod ack;
+mod catch_up;
 
 use crate::envelope::{self, BadEvent};
 use crate::index::Index;
@@ -107,7 +107,7 @@ impl FanOut {
         let (consumer, mut messages) = self.consume().await?;
         readiness.set(PART, true);
         let (tx, rx) = mpsc::channel::<Pending>(PIPELINE);
-        let acker = tokio::spawn(ack_in_order(rx, self.metrics.clone()));
+        let acker = tokio::spawn(ack::ack_in_order(rx, self.metrics.clone()));
         let mut caught_up = false;
         let result = loop {
             let message = tokio::select! {
@@ -176,74 +176,6 @@ impl FanOut {
         Ok((consumer, messages))
     }
 
-    /// Re-publishes, in order, the events below `first` that were delivered to a
-    /// previous worker and never acknowledged.
-    async fn catch_up(
-        &self,
-        consumer: &consumer::Consumer<pull::Config>,
-        first: u64,
-        tx: &mpsc::Sender<Pending>,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Result<(), async_nats::Error> {
-        let info = consumer.get_info().await?;
-        let from = info.ack_floor.stream_sequence + 1;
-        // Up to what the consumer handed out: the first message this worker got may be a
-        // redelivery, with the predecessor's newer (unacknowledged) events above it.
-        let to = info.delivered.stream_sequence.max(first.saturating_sub(1));
-        if from > to {
-            return Ok(());
-        }
-        tracing::info!(
-            from,
-            to,
-            "re-publishing events a previous fan-out worker left unacknowledged"
-        );
-        for seq in from..=to {
-            let Some(stored) = self.read_back(seq, stop).await? else {
-                continue;
-            };
-            let Some(pending) = self.fan_out_retrying(&stored, None, stop).await else {
-                return Ok(());
-            };
-            tx.send(pending)
-                .await
-                .map_err(|_| "the fan-out acker stopped")?;
-        }
-        Ok(())
-    }
-
-    /// Reads event `seq` back from the stream for a catch-up: `None` when it is gone
-    /// (deleted or aged out). Any other error is retried — skipping an event that exists
-    /// would deliver it out of order, after its redelivery. An error is returned only when
-    /// `stop` is set meanwhile.
-    async fn read_back(
-        &self,
-        seq: u64,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Result<Option<Stored>, async_nats::Error> {
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
-        loop {
-            match self.events.direct_get(seq).await {
-                Ok(m) => {
-                    return Ok(Some(Stored {
-                        seq,
-                        published_ms: (m.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
-                        subject: m.subject,
-                        payload: m.payload,
-                    }));
-                }
-                Err(e) if matches!(e.kind(), DirectGetErrorKind::NotFound) => return Ok(None),
-                Err(error) => {
-                    tracing::debug!(%error, seq, "reading an event back; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff.next_delay(fastrand::f64())) => {}
-                        _ = stop.wait_for(|s| *s) => return Err("stopped during a catch-up".into()),
-                    }
-                }
-            }
-        }
-    }
-
     /// [`Self::fan_out`] until its publishes are sent (or `stop`: `None`). An event for
     /// an `ordered` endpoint is not pipelined: its publishes must be acknowledged before
     /// any later event is published, or a NATS leader change could store a later event
@@ -265,7 +197,7 @@ impl FanOut {
                 Ok(Sent {
                     acks,
                     ordered: true,
-                }) => all_acknowledged(acks).await,
+                }) => ack::all_acknowledged(acks).await,
                 Err(Retry) => false,
             };
             if sent {
@@ -395,56 +327,4 @@ pub fn ordering_key_hash(value: Option<&serde_json::Value>) -> u64 {
         Some(other) => other.to_string(),
     };
     dataplane::fnv1a(text.bytes())
-}
-
-/// Whether every publish was acknowledged (awaited together).
-async fn all_acknowledged(acks: Vec<PublishAckFuture>) -> bool {
-    futures::future::join_all(acks.into_iter().map(IntoFuture::into_future))
-        .await
-        .iter()
-        .all(Result::is_ok)
-}
-
-/// Acks events in order once all their lane publishes are acknowledged. Every event's
-/// acks are awaited from the moment it arrives (not one event after another), so a
-/// batch of publishes that NATS lost costs one ack timeout, not one per event. An event
-/// whose publishes were not acknowledged is not acked: it is redelivered and fanned out
-/// again (deduplicated).
-async fn ack_in_order(mut rx: mpsc::Receiver<Pending>, metrics: Arc<Metrics>) {
-    let mut inflight = FuturesOrdered::new();
-    let mut open = true;
-    while open || !inflight.is_empty() {
-        tokio::select! {
-            Some((message, ok)) = inflight.next(), if !inflight.is_empty() => {
-                settle(message, ok, &metrics).await;
-            }
-            pending = rx.recv(), if open && inflight.len() < PIPELINE => match pending {
-                Some(Pending { message, acks }) => inflight.push_back(async move {
-                    let acked = futures::future::join_all(acks.into_iter().map(IntoFuture::into_future)).await;
-                    let ok = acked.iter().all(Result::is_ok);
-                    if let Some(Err(error)) = acked.into_iter().find(Result::is_err) {
-                        tracing::warn!(%error, "lane publish not acknowledged; the event will be retried");
-                    }
-                    (message, ok)
-                }),
-                None => open = false,
-            },
-        }
-    }
-}
-
-async fn settle(message: Option<Message>, ok: bool, metrics: &Metrics) {
-    let Some(message) = message else {
-        return;
-    };
-    if ok {
-        metrics.fanned_out.inc();
-        if let Err(error) = message.ack().await {
-            tracing::debug!(%error, "event ack failed; it will be fanned out again (deduplicated)");
-        }
-    } else {
-        let _ = message
-            .ack_with(jetstream::AckKind::Nak(Some(Duration::from_secs(1))))
-            .await;
-    }
 }

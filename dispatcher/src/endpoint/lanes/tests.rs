@@ -1,0 +1,125 @@
+use super::*;
+
+fn item(seq: u64) -> Item {
+    Item {
+        seq,
+        lane: Lane::New,
+        event_id: format!("msg_{seq}").into(),
+        body: Bytes::from_static(b"{}"),
+        published_ms: seq,
+        attempt: 1,
+        first_attempt_ms: None,
+        not_before: None,
+        ordering_key: None,
+        endpoint_uid: None,
+    }
+}
+
+/// Regression: a refill whose range came back empty forgot the messages that
+/// arrived while it ran, and the low-water mark then purged them undelivered.
+#[test]
+fn messages_arriving_during_a_refill_are_not_forgotten() {
+    let mut q = LaneQueue::default();
+    for seq in 1..=4 {
+        q.offer(item(seq), 2);
+    }
+    // Delivered 1 and 2 (buffer empty), 3..=4 wait in JetStream.
+    q.buf.clear();
+    let range = q.refill(2).expect("a refill is due");
+    assert_eq!((range.from, range.until), (3, 4));
+    // 5 and 6 arrive while the refill runs.
+    q.offer(item(5), 2);
+    q.offer(item(6), 2);
+    // The refill read 3 and 4 and found nothing more up to 4.
+    q.refilled(range, vec![item(3), item(4)], None);
+    assert_eq!(q.low_water(), 3);
+    q.buf.clear();
+    assert_eq!(q.low_water(), 5, "5 and 6 are still owed");
+    let range = q.refill(2).expect("the rest is read back");
+    assert_eq!((range.from, range.until), (5, 6));
+    // Even a refill that reads nothing (the messages were purged elsewhere) ends
+    // the overflow only up to what it covered.
+    q.refilled(range, vec![], None);
+    assert_eq!(q.low_water(), 7);
+    assert_eq!(q.pending(), 0);
+}
+
+#[test]
+fn a_full_buffer_leaves_the_backlog_in_jetstream_and_refills_in_order() {
+    let mut lane = LaneQueue::default();
+    for seq in 1..=10 {
+        lane.offer(item(seq), 4);
+    }
+    assert_eq!(lane.pending(), 10);
+    assert_eq!(lane.low_water(), 1);
+    // Nothing to refill while the buffer is more than half full.
+    assert_eq!(lane.refill(4), None);
+    for _ in 0..3 {
+        lane.buf.pop_front();
+    }
+    let range = lane.refill(4).expect("due");
+    assert_eq!((range.from, range.until), (5, 10));
+    assert_eq!(lane.refill(4), None, "one refill at a time");
+    lane.refilled(range, (5..=7).map(item).collect(), Some(8));
+    let seqs: Vec<u64> = lane.buf.iter().map(|i| i.seq).collect();
+    assert_eq!(seqs, [4, 5, 6, 7]);
+    assert_eq!(lane.pending(), 7);
+    assert_eq!(lane.low_water(), 4);
+}
+
+#[test]
+fn a_busy_lane_is_purged_early() {
+    let now = Instant::now();
+    let mut lanes = Lanes::default();
+    for seq in 1..=40 {
+        lanes.queue(Lane::New).offer(item(seq), 64);
+    }
+    for _ in 0..EARLY_PURGE_ITEMS - 1 {
+        let item = lanes.take(Lane::New, false, now).unwrap();
+        lanes.finished(&item);
+    }
+    assert_eq!(lanes.queue(Lane::New).early_purge_point(), None, "not yet");
+    let item = lanes.take(Lane::New, false, now).unwrap();
+    lanes.finished(&item);
+    assert_eq!(
+        lanes.queue(Lane::New).early_purge_point(),
+        Some(u64::from(EARLY_PURGE_ITEMS) + 1)
+    );
+    assert_eq!(
+        lanes.queue(Lane::New).early_purge_point(),
+        None,
+        "counted afresh"
+    );
+}
+
+#[test]
+fn lanes_alternate_and_ordered_keys_wait_for_their_head() {
+    let now = Instant::now();
+    let mut lanes = Lanes::default();
+    lanes.queue(Lane::New).offer(item(1), 8);
+    let mut retry = item(2);
+    retry.lane = Lane::Retry;
+    lanes.queue(Lane::Retry).offer(retry, 8);
+    let first = lanes.next_ready(false, now).unwrap();
+    lanes.take(first, false, now).unwrap();
+    let second = lanes.next_ready(false, now).unwrap();
+    assert_ne!(first, second, "the other lane goes next");
+
+    let mut lanes = Lanes::default();
+    for (seq, key) in [(1, 7), (2, 7), (3, 9)] {
+        let mut i = item(seq);
+        i.ordering_key = Some(key);
+        lanes.queue(Lane::New).offer(i, 8);
+    }
+    assert_eq!(lanes.take(Lane::New, true, now).unwrap().seq, 1);
+    assert_eq!(
+        lanes.take(Lane::New, true, now).unwrap().seq,
+        3,
+        "key 9 passes key 7"
+    );
+    assert!(
+        lanes.take(Lane::New, true, now).is_none(),
+        "key 7 has one in flight"
+    );
+    assert_eq!(lanes.in_flight(), 2);
+}
