@@ -1,6 +1,8 @@
-//! Taking over from a dead fan-out worker: the events it took and never acknowledged are
-//! re-published, in order, before any newer event — JetStream would redeliver them only
-//! after their ack wait, behind newer events, which would reorder `ordered` endpoints.
+//! Events handed out but never fanned out are re-published, in order, before any newer
+//! event: those a dead predecessor took and never acknowledged (at take-over), and those
+//! this worker's own pull lost on the way (a gap in the sequence, e.g. when its NATS node
+//! died). JetStream would redeliver them only after their ack wait, behind newer events,
+//! which would reorder `ordered` endpoints.
 
 use std::time::Duration;
 
@@ -12,6 +14,32 @@ use super::{FanOut, Pending, Stored};
 use crate::supervise::Backoff;
 
 impl FanOut {
+    /// Before the message `seq` is fanned out: the catch-up of a new worker (`expected`
+    /// is `None`), or of the gap below `seq` when it is beyond `expected`.
+    pub(super) async fn fill_gaps(
+        &self,
+        consumer: &consumer::Consumer<pull::Config>,
+        seq: u64,
+        expected: &mut Option<u64>,
+        tx: &mpsc::Sender<Pending>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), async_nats::Error> {
+        match *expected {
+            None => self.catch_up(consumer, seq, tx, stop).await?,
+            Some(next) if seq > next => {
+                tracing::warn!(
+                    from = next,
+                    to = seq - 1,
+                    "events lost on the way to fan-out; re-publishing them first"
+                );
+                self.catch_up_range(next, seq - 1, tx, stop).await?;
+            }
+            Some(_) => {}
+        }
+        *expected = Some(expected.map_or(seq + 1, |e| e.max(seq + 1)));
+        Ok(())
+    }
+
     /// Re-publishes, in order, the events below `first` that were delivered to a
     /// previous worker and never acknowledged.
     pub(super) async fn catch_up(
@@ -34,6 +62,17 @@ impl FanOut {
             to,
             "re-publishing events a previous fan-out worker left unacknowledged"
         );
+        self.catch_up_range(from, to, tx, stop).await
+    }
+
+    /// Re-publishes, in order, the stored events `from..=to` (those that still exist).
+    pub(super) async fn catch_up_range(
+        &self,
+        from: u64,
+        to: u64,
+        tx: &mpsc::Sender<Pending>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), async_nats::Error> {
         for seq in from..=to {
             let Some(stored) = self.read_back(seq, stop).await? else {
                 continue;

@@ -108,7 +108,9 @@ impl FanOut {
         readiness.set(PART, true);
         let (tx, rx) = mpsc::channel::<Pending>(PIPELINE);
         let acker = tokio::spawn(ack::ack_in_order(rx, self.metrics.clone()));
-        let mut caught_up = false;
+        // The sequence the next new message should have: a message beyond it means the
+        // ones between were handed to a pull of ours that never arrived.
+        let mut expected: Option<u64> = None;
         let result = loop {
             let message = tokio::select! {
                 _ = stop.wait_for(|s| *s) => break Ok(()),
@@ -124,11 +126,11 @@ impl FanOut {
             let Some(stored) = Stored::from_message(&message) else {
                 continue;
             };
-            if !caught_up {
-                caught_up = true;
-                if let Err(error) = self.catch_up(&consumer, stored.seq, &tx, &mut stop).await {
-                    break Err(error);
-                }
+            if let Err(error) = self
+                .fill_gaps(&consumer, stored.seq, &mut expected, &tx, &mut stop)
+                .await
+            {
+                break Err(error);
             }
             let Some(pending) = self
                 .fan_out_retrying(&stored, Some(message), &mut stop)
