@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, pull};
-use async_nats::jetstream::stream::DirectGetErrorKind;
+use async_nats::jetstream::stream::RawMessageErrorKind;
 use tokio::sync::{mpsc, watch};
 
 use super::{FanOut, Pending, Stored};
@@ -98,7 +98,8 @@ impl FanOut {
     ) -> Result<Option<Stored>, async_nats::Error> {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
         loop {
-            match self.events.direct_get(seq).await {
+            // From the leader: a lagging replica's "not found" would skip an event.
+            match self.events.get_raw_message(seq).await {
                 Ok(m) => {
                     return Ok(Some(Stored {
                         seq,
@@ -107,7 +108,9 @@ impl FanOut {
                         payload: m.payload,
                     }));
                 }
-                Err(e) if matches!(e.kind(), DirectGetErrorKind::NotFound) => return Ok(None),
+                Err(e) if matches!(e.kind(), RawMessageErrorKind::NoMessageFound) => {
+                    return Ok(None);
+                }
                 Err(error) => {
                     tracing::debug!(%error, seq, "reading an event back; retrying");
                     tokio::select! {

@@ -160,7 +160,7 @@ impl Runtime {
                     break;
                 }
                 match stream
-                    .direct_get_next_for_subject(subject.as_str(), Some(seq))
+                    .get_first_raw_message_by_subject(subject.as_str(), seq)
                     .await
                 {
                     Ok(message) if message.sequence <= range.until => {
@@ -219,10 +219,13 @@ impl Runtime {
     }
 }
 
-/// A direct get past the last message of the subject answers "no message found".
-fn is_not_found(error: &async_nats::jetstream::stream::DirectGetError) -> bool {
+/// A read past the last message of the subject answers "no message found". Reads go to
+/// the stream leader (not a direct get, which any replica may answer: a replica that is
+/// still catching up after a restart would answer "not found" for messages that exist,
+/// and the lane would forget them).
+fn is_not_found(error: &async_nats::jetstream::stream::RawMessageError) -> bool {
     matches!(
         error.kind(),
-        async_nats::jetstream::stream::DirectGetErrorKind::NotFound
+        async_nats::jetstream::stream::RawMessageErrorKind::NoMessageFound
     )
 }
