@@ -1,10 +1,11 @@
-//! The harness of the fault suite (`e2e/tests/fault_suite.rs`, issue 10 "No accepted
-//! event is lost"): dispatcher processes to SIGKILL, stop and restart
-//! ([`Dispatchers`]), a numbered event stream published at a steady rate that remembers
+//! The harness of the fault suite (`e2e/tests/fault_suite.rs` and
+//! `e2e/tests/fault_suite_control.rs`, issue 10 "No accepted event is lost"): dispatcher
+//! and operator processes to SIGKILL, stop and restart ([`Dispatchers`], [`Operators`]), a numbered event stream published at a steady rate that remembers
 //! which events JetStream acknowledged and when ([`publish_stream`]), the accounting of
 //! what each endpoint's receiver got against that ([`account`]), evidence about lost
 //! events from the streams and the attempt log ([`explain_lost`]), and the report row
-//! ([`Row`]).
+//! ([`Row`]), and a record of every change of some KV keys as this process saw it
+//! ([`KvLog`]).
 //!
 //! Every wait here is a poll with a deadline; every loop is bounded.
 
@@ -27,63 +28,32 @@ use serde_json::json;
 use crate::receiver::Receiver;
 
 // ---------------------------------------------------------------------------------------
-// Dispatcher processes
+// Dispatcher and operator processes
 // ---------------------------------------------------------------------------------------
 
-/// Dispatcher processes (`herald-test-dispatcher`) of one scenario, by replica id. Each
-/// replica's stdout and stderr go to one log file in the temp dir, appended across
-/// restarts. Dropping the set SIGKILLs whatever still runs.
-pub struct Dispatchers {
+/// Processes of one program started by a scenario, by id (`--replica-id` of a
+/// dispatcher, `--identity` of an operator). Each one's stdout and stderr go to one log
+/// file in the temp dir, appended across restarts. Dropping the set SIGKILLs whatever
+/// still runs. [`Dispatchers`] and [`Operators`] are this with their program's flags.
+pub struct Processes {
     bin: PathBuf,
     args: Vec<String>,
     label: String,
+    /// The flag that gives a process its id.
+    id_flag: &'static str,
+    /// The signal of a graceful stop.
+    stop_signal: &'static str,
     running: BTreeMap<String, Child>,
     logs: BTreeMap<String, PathBuf>,
 }
 
-impl Dispatchers {
-    /// Replicas of `bin` (pass `env!("CARGO_BIN_EXE_herald-test-dispatcher")`) against
-    /// `nats_url` (a comma-separated list in a cluster), with the test flags: 4 shards,
-    /// loopback allowed, health every second, a 5 s grace period. `label` names the logs.
-    pub fn new(bin: impl Into<PathBuf>, nats_url: &str, label: &str) -> Self {
-        let args = [
-            "--nats-url",
-            nats_url,
-            "--shards",
-            &crate::dataplane::TEST_SHARDS.to_string(),
-            "--allow-network",
-            "127.0.0.0/8",
-            "--allow-http",
-            "--listen",
-            "127.0.0.1:0",
-            "--health-interval",
-            "1s",
-            "--grace",
-            "5s",
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        Self {
-            bin: bin.into(),
-            args,
-            label: label.to_owned(),
-            running: BTreeMap::new(),
-            logs: BTreeMap::new(),
-        }
-    }
-
-    /// Adds flags (e.g. `--jetstream-replicas 3`) for every replica started from now on.
-    pub fn with_args(mut self, args: &[&str]) -> Self {
-        self.args.extend(args.iter().map(|a| (*a).to_owned()));
-        self
-    }
-
-    /// The log file of replica `id`.
+impl Processes {
+    /// The log file of process `id`.
     pub fn log(&self, id: &str) -> PathBuf {
         std::env::temp_dir().join(format!("herald-fault-{}-{id}.log", self.label))
     }
 
-    /// Starts replica `id` (again).
+    /// Starts process `id` (again).
     pub fn start(&mut self, id: &str) {
         assert!(!self.running.contains_key(id), "replica {id} already runs");
         let path = self.log(id);
@@ -94,7 +64,7 @@ impl Dispatchers {
             .append(!fresh)
             .truncate(fresh)
             .open(&path)
-            .expect("opening a dispatcher log");
+            .expect("opening a process log");
         let _ = writeln!(
             file,
             "==== fault suite: starting replica {id} at {}",
@@ -102,17 +72,17 @@ impl Dispatchers {
         );
         let child = Command::new(&self.bin)
             .args(&self.args)
-            .args(["--replica-id", id])
+            .args([self.id_flag, id])
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log handle"))
             .stderr(file)
             .spawn()
-            .expect("starting a dispatcher process");
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.bin.display()));
         self.logs.insert(id.to_owned(), path);
         self.running.insert(id.to_owned(), child);
     }
 
-    /// SIGKILLs replica `id` (a crash: nothing is flushed, no lease is released) and
+    /// SIGKILLs process `id` (a crash: nothing is flushed, no lease is released) and
     /// reaps it.
     pub fn kill(&mut self, id: &str) {
         let mut child = self
@@ -124,15 +94,16 @@ impl Dispatchers {
         self.note(id, "SIGKILLed");
     }
 
-    /// SIGINT to replica `id`, then waits (at most 30 s, then SIGKILL) for it to exit: a
-    /// graceful stop, shards drained and leases released. Returns how long it took.
+    /// The graceful stop signal (SIGINT for a dispatcher, SIGTERM for an operator) to
+    /// process `id`, then waits (at most 30 s, then SIGKILL) for it to exit. Returns how
+    /// long it took.
     pub async fn stop(&mut self, id: &str) -> Duration {
         let Some(mut child) = self.running.remove(id) else {
             return Duration::ZERO;
         };
         let started = Instant::now();
         let _ = Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
+            .args([&format!("-{}", self.stop_signal), &child.id().to_string()])
             .status();
         let deadline = started + Duration::from_secs(30);
         loop {
@@ -142,16 +113,16 @@ impl Dispatchers {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                self.note(id, "did not stop within 30 s of SIGINT; SIGKILLed");
+                self.note(id, "did not stop within 30 s of the stop signal; SIGKILLed");
                 return started.elapsed();
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        self.note(id, "stopped (SIGINT)");
+        self.note(id, &format!("stopped (SIG{})", self.stop_signal));
         started.elapsed()
     }
 
-    /// Stops every running replica gracefully.
+    /// Stops every running process gracefully.
     pub async fn stop_all(&mut self) {
         let ids: Vec<String> = self.running.keys().cloned().collect();
         for id in ids {
@@ -159,12 +130,22 @@ impl Dispatchers {
         }
     }
 
-    /// The replicas running now.
+    /// The process id of process `id`, while it runs.
+    pub fn pid(&self, id: &str) -> Option<u32> {
+        self.running.get(id).map(Child::id)
+    }
+
+    /// CPU time (user and system) process `id` has used so far, while it runs.
+    pub fn cpu_time(&self, id: &str) -> Option<Duration> {
+        cpu_time(self.pid(id)?)
+    }
+
+    /// The processes running now.
     pub fn running(&self) -> Vec<String> {
         self.running.keys().cloned().collect()
     }
 
-    /// Replicas that exited on their own (a crash the test did not cause), with status.
+    /// Processes that exited on their own (a crash the test did not cause), with status.
     pub fn exited(&mut self) -> Vec<(String, String)> {
         self.running
             .iter_mut()
@@ -175,8 +156,8 @@ impl Dispatchers {
             .collect()
     }
 
-    /// Log lines of every replica that contain one of `needles` (at most `max` per
-    /// replica), for the evidence of a failure.
+    /// Log lines of every process that contain one of `needles` (at most `max` per
+    /// process), for the evidence of a failure.
     pub fn grep(&self, needles: &[&str], max: usize) -> Vec<String> {
         let mut out = Vec::new();
         for (id, path) in &self.logs {
@@ -209,12 +190,156 @@ impl Dispatchers {
     }
 }
 
-impl Drop for Dispatchers {
+impl Drop for Processes {
     fn drop(&mut self) {
         for child in self.running.values_mut() {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// CPU time (user and system) process `pid` has used so far, from `/proc/<pid>/stat`
+/// (Linux; clock ticks taken as the usual 100 per second).
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; fields after it are plain.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 (utime) and 15 (stime) of the whole line are 12 and 13 after ")".
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// Dispatcher processes (`herald-test-dispatcher`) of one scenario, by replica id (see
+/// [`Processes`]; a graceful stop is SIGINT).
+pub struct Dispatchers(Processes);
+
+impl Dispatchers {
+    /// Replicas of `bin` (pass `env!("CARGO_BIN_EXE_herald-test-dispatcher")`) against
+    /// `nats_url` (a comma-separated list in a cluster), with the test flags: 4 shards,
+    /// loopback allowed, health every second, a 5 s grace period. `label` names the logs.
+    pub fn new(bin: impl Into<PathBuf>, nats_url: &str, label: &str) -> Self {
+        let args = [
+            "--nats-url",
+            nats_url,
+            "--shards",
+            &crate::dataplane::TEST_SHARDS.to_string(),
+            "--allow-network",
+            "127.0.0.0/8",
+            "--allow-http",
+            "--listen",
+            "127.0.0.1:0",
+            "--health-interval",
+            "1s",
+            "--grace",
+            "5s",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        Self(Processes {
+            bin: bin.into(),
+            args,
+            label: label.to_owned(),
+            id_flag: "--replica-id",
+            stop_signal: "INT",
+            running: BTreeMap::new(),
+            logs: BTreeMap::new(),
+        })
+    }
+
+    /// Adds flags (e.g. `--jetstream-replicas 3`) for every replica started from now on.
+    pub fn with_args(mut self, args: &[&str]) -> Self {
+        self.0.args.extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+}
+
+impl std::ops::Deref for Dispatchers {
+    type Target = Processes;
+
+    fn deref(&self) -> &Processes {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Dispatchers {
+    fn deref_mut(&mut self) -> &mut Processes {
+        &mut self.0
+    }
+}
+
+/// Operator processes (`herald-test-operator`) of one scenario, by identity (see
+/// [`Processes`]; a graceful stop is SIGTERM, which releases the Lease).
+pub struct Operators(Processes);
+
+impl Operators {
+    /// Replicas of `bin` (pass `env!("CARGO_BIN_EXE_herald-test-operator")`) against
+    /// `env`, reconciling only `namespace` and electing their leader with a Lease there,
+    /// with the test flags: 4 shards (as the test dispatchers), loopback and `http`
+    /// allowed, status at most every second, a 5 s Lease renewed every second. `label`
+    /// names the logs.
+    pub fn new(
+        bin: impl Into<PathBuf>,
+        env: &crate::TestEnv,
+        namespace: &str,
+        label: &str,
+    ) -> Self {
+        let kubeconfig = env.kubeconfig().display().to_string();
+        let args = [
+            "--nats-url",
+            env.nats_url(),
+            "--shards",
+            &crate::dataplane::TEST_SHARDS.to_string(),
+            "--namespace",
+            namespace,
+            "--lease-namespace",
+            namespace,
+            "--kubeconfig",
+            &kubeconfig,
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-network",
+            "127.0.0.0/8",
+            "--allow-http",
+            "--status-interval",
+            "1s",
+            "--lease-duration",
+            "5s",
+            "--lease-renew",
+            "1s",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        Self(Processes {
+            bin: bin.into(),
+            args,
+            label: label.to_owned(),
+            id_flag: "--identity",
+            stop_signal: "TERM",
+            running: BTreeMap::new(),
+            logs: BTreeMap::new(),
+        })
+    }
+
+    /// Adds flags for every replica started from now on (a later flag wins).
+    pub fn with_args(mut self, args: &[&str]) -> Self {
+        self.0.args.extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+}
+
+impl std::ops::Deref for Operators {
+    type Target = Processes;
+
+    fn deref(&self) -> &Processes {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Operators {
+    fn deref_mut(&mut self) -> &mut Processes {
+        &mut self.0
     }
 }
 
@@ -794,6 +919,111 @@ pub async fn shard_leases(js: &jetstream::Context) -> BTreeMap<u32, (String, u64
         }
     }
     owners
+}
+
+// ---------------------------------------------------------------------------------------
+// Watching the buckets
+// ---------------------------------------------------------------------------------------
+
+/// One change of a KV key, as a watch saw it.
+#[derive(Debug, Clone)]
+pub struct KvChange {
+    /// When this process saw it.
+    pub at: Instant,
+    pub key: String,
+    pub revision: u64,
+    /// The value (JSON) of a put; `None` for a delete or purge.
+    pub value: Option<serde_json::Value>,
+}
+
+/// Every change of the keys of a KV bucket that match a filter (e.g. `ep.<ns>.>`), from
+/// their values when the watch started on, with the moment this process saw each one:
+/// when a configuration was held, paused or withdrawn, or when a dispatcher reported a
+/// state, and evidence of what the control plane wrote during a fault.
+#[derive(Clone, Default)]
+pub struct KvLog {
+    changes: Arc<std::sync::Mutex<Vec<KvChange>>>,
+}
+
+impl KvLog {
+    /// Watches `filter` in `store` until the runtime ends; returns once the watch runs.
+    pub async fn start(store: &jetstream::kv::Store, filter: &str) -> Self {
+        use futures::StreamExt;
+        let log = Self::default();
+        let mut watch = store
+            .watch_with_history(filter)
+            .await
+            .expect("watching a KV bucket");
+        let changes = log.changes.clone();
+        tokio::spawn(async move {
+            while let Some(entry) = watch.next().await {
+                let Ok(entry) = entry else {
+                    continue;
+                };
+                let value = (entry.operation == jetstream::kv::Operation::Put).then(|| {
+                    serde_json::from_slice(&entry.value).unwrap_or(serde_json::Value::Null)
+                });
+                changes.lock().unwrap().push(KvChange {
+                    at: Instant::now(),
+                    key: entry.key,
+                    revision: entry.revision,
+                    value,
+                });
+            }
+        });
+        log
+    }
+
+    /// Every change seen so far, in order.
+    pub fn changes(&self) -> Vec<KvChange> {
+        self.changes.lock().unwrap().clone()
+    }
+
+    /// The changes of `key`, in order.
+    pub fn of(&self, key: &str) -> Vec<KvChange> {
+        self.changes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.key == key)
+            .cloned()
+            .collect()
+    }
+
+    /// The first change of `key` seen at or after `since` that satisfies `check` (given
+    /// the value, `None` when deleted).
+    pub fn first_since(
+        &self,
+        key: &str,
+        since: Instant,
+        check: impl Fn(Option<&serde_json::Value>) -> bool,
+    ) -> Option<KvChange> {
+        self.changes
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|c| c.key == key && c.at >= since && check(c.value.as_ref()))
+            .cloned()
+    }
+
+    /// The changes of `key` rendered one per line, times relative to `zero`, values cut
+    /// to `width` characters: evidence for a report.
+    pub fn render(&self, key: &str, zero: Instant, width: usize) -> String {
+        let mut out = String::new();
+        for c in self.of(key) {
+            let value = c.value.map_or_else(
+                || "DELETED".to_owned(),
+                |v| v.to_string().chars().take(width).collect(),
+            );
+            let _ = writeln!(
+                out,
+                "  +{:.2}s rev {} {value}",
+                c.at.saturating_duration_since(zero).as_secs_f64(),
+                c.revision
+            );
+        }
+        out
+    }
 }
 
 // ---------------------------------------------------------------------------------------

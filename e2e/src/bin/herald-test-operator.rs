@@ -1,0 +1,45 @@
+//! The operator as a separate process, for tests that kill it (`kill -9`) or run several
+//! replicas. Same flags as `herald-operator run`.
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,async_nats=warn".into()),
+        )
+        .init();
+    let config = herald_operator::Config::parse();
+    // The operator's `main` installs ring as rustls' provider; this is the same one.
+    herald_dispatcher::install_crypto_provider();
+    // Stop with the test that started this process, even when it panicked or was killed.
+    let parent = std::os::unix::process::parent_id();
+    let orphaned = async move {
+        while std::os::unix::process::parent_id() == parent {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    };
+    let shutdown = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let term = async {
+            match term.as_mut() {
+                Some(term) => {
+                    term.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+            _ = orphaned => {}
+        }
+    };
+    if let Err(error) = herald_operator::run(config, shutdown).await {
+        eprintln!("operator: {error}");
+        std::process::exit(1);
+    }
+}
