@@ -60,9 +60,9 @@ pub const ORDERING_KEY_HEADER: &str = "Herald-Ordering-Key";
 pub const REASON_HEADER: &str = "Herald-Reason";
 /// Header carrying the original ingest subject on dead-letter messages.
 pub const SUBJECT_HEADER: &str = "Herald-Subject";
-/// Header carrying the uid of the endpoint a lane message was written for: a message
-/// left behind by a deleted endpoint is not delivered to a re-created one of the same
-/// name.
+/// Header carrying the uid of the endpoint a retry-lane message was written for (fresh
+/// lane messages carry it in `Nats-Msg-Id: <event id>.<uid>`): a message left behind by
+/// a deleted endpoint is not delivered to a re-created one of the same name.
 pub const ENDPOINT_UID_HEADER: &str = "Herald-Endpoint-Uid";
 /// The header NATS KV puts on a deleted or purged key's marker (`DEL`, `PURGE`).
 pub const KV_OPERATION_HEADER: &str = "KV-Operation";

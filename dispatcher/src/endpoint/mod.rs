@@ -221,11 +221,14 @@ impl EndpointState {
     /// deleted.
     pub fn start(&mut self, lane: Lane, now: Instant) -> Option<Item> {
         let ordered = self.is_ordered();
-        let uid = self.ep.as_ref().map(|e| e.config.uid.as_str());
+        let uid = self
+            .ep
+            .as_ref()
+            .map(|e| herald_core::dataplane::fnv1a(e.config.uid.bytes()));
         let item = loop {
             let item = self.lanes.take(lane, ordered, now)?;
             match (&item.endpoint_uid, uid) {
-                (Some(theirs), Some(ours)) if &**theirs != ours => {
+                (Some(theirs), Some(ours)) if *theirs != ours => {
                     tracing::debug!(
                         event_id = &*item.event_id,
                         "dropping a deleted endpoint's delivery"

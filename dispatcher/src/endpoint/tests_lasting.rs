@@ -95,9 +95,9 @@ fn a_deleted_endpoints_leftovers_are_not_delivered_to_its_successor() {
     let now = Instant::now();
     let mut s = state(json!({}), false);
     let mut stale = item(1, Lane::New);
-    stale.endpoint_uid = Some("old-uid".into());
+    stale.endpoint_uid = Some(herald_core::dataplane::fnv1a("old-uid".bytes()));
     let mut fresh = item(2, Lane::New);
-    fresh.endpoint_uid = Some("u".into());
+    fresh.endpoint_uid = Some(herald_core::dataplane::fnv1a("u".bytes()));
     s.lanes.queue(Lane::New).offer(stale, 64);
     s.lanes.queue(Lane::New).offer(fresh, 64);
     let started = start(&mut s, now).unwrap();

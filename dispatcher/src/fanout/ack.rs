@@ -38,10 +38,14 @@ pub(super) async fn ack_in_order(mut rx: mpsc::Receiver<Pending>, metrics: Arc<M
             }
             pending = rx.recv(), if open && inflight.len() < PIPELINE => match pending {
                 Some(Pending { message, acks }) => inflight.push_back(async move {
-                    let acked = futures::future::join_all(acks.into_iter().map(IntoFuture::into_future)).await;
-                    let ok = acked.iter().all(Result::is_ok);
-                    if let Some(Err(error)) = acked.into_iter().find(Result::is_err) {
-                        tracing::warn!(%error, "lane publish not acknowledged; the event will be retried");
+                    // Polled as soon as it is queued, so the first ack's timeout starts
+                    // now; the others of the same event are usually in by then.
+                    let mut ok = true;
+                    for ack in acks {
+                        if let Err(error) = ack.await {
+                            tracing::warn!(%error, "lane publish not acknowledged; the event will be retried");
+                            ok = false;
+                        }
                     }
                     (message, ok)
                 }),

@@ -29,8 +29,8 @@ use async_nats::jetstream::{self, Message};
 use bytes::Bytes;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    self, DEADLETTER_PREFIX, ENDPOINT_UID_HEADER, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER,
-    PUBLISHED_HEADER, REASON_HEADER, SUBJECT_HEADER,
+    self, DEADLETTER_PREFIX, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER, PUBLISHED_HEADER,
+    REASON_HEADER, SUBJECT_HEADER,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -259,7 +259,6 @@ impl FanOut {
             let mut headers = HeaderMap::new();
             headers.insert(EVENT_ID_HEADER, event_id.as_str());
             headers.insert(PUBLISHED_HEADER, stored.published_ms.to_string().as_str());
-            headers.insert(ENDPOINT_UID_HEADER, endpoint.config.uid.as_str());
             if let (true, Some(pointer)) = (endpoint.config.ordered, &endpoint.config.ordering_key)
             {
                 let value = parsed.get_or_insert_with(|| {

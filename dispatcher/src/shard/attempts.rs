@@ -201,7 +201,9 @@ impl AttemptTask {
         } = decision.fate
         {
             let first = item.first_attempt_ms.unwrap_or(now);
-            if let Err(error) = schedule_retry(&shared, shard, &key, &item, first, delay).await {
+            if let Err(error) =
+                schedule_retry(&shared, shard, &key, &ep.config.uid, &item, first, delay).await
+            {
                 tracing::warn!(%error, endpoint = %key, "could not schedule a retry; retrying in place");
                 decision.fate = Fate::Retry {
                     delay,
@@ -245,6 +247,7 @@ async fn schedule_retry(
     shared: &Shared,
     shard: u32,
     key: &EndpointKey,
+    uid: &str,
     item: &Item,
     first_attempt_ms: u64,
     delay: Duration,
@@ -269,9 +272,7 @@ async fn schedule_retry(
     headers.insert(PUBLISHED_HEADER, item.published_ms.to_string().as_str());
     headers.insert(ATTEMPT_HEADER, (item.attempt + 1).to_string().as_str());
     headers.insert(FIRST_ATTEMPT_HEADER, first_attempt_ms.to_string().as_str());
-    if let Some(uid) = &item.endpoint_uid {
-        headers.insert(herald_core::dataplane::ENDPOINT_UID_HEADER, &**uid);
-    }
+    headers.insert(herald_core::dataplane::ENDPOINT_UID_HEADER, uid);
     let subject = key.schedule_subject(shard, &item.event_id);
     shared
         .layout

@@ -10,7 +10,7 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 use herald_core::dataplane::{
     ATTEMPT_HEADER, ENDPOINT_UID_HEADER, EVENT_ID_HEADER, EndpointKey, FIRST_ATTEMPT_HEADER, Lane,
-    ORDERING_KEY_HEADER, PUBLISHED_HEADER, parse_lane_subject,
+    ORDERING_KEY_HEADER, PUBLISHED_HEADER, fnv1a, parse_lane_subject,
 };
 use tokio::sync::broadcast;
 
@@ -32,6 +32,17 @@ fn header_u64(headers: Option<&HeaderMap>, name: &str) -> Option<u64> {
     headers?.get(name)?.as_str().parse().ok()
 }
 
+/// The uid of the endpoint a lane message was written for: fan-out's
+/// `Nats-Msg-Id: <event id>.<endpoint uid>` (no header of its own, to keep lane messages
+/// small), or the header a retry's schedule carries.
+fn endpoint_uid(headers: &HeaderMap) -> Option<&str> {
+    if let Some(uid) = headers.get(ENDPOINT_UID_HEADER) {
+        return Some(uid.as_str());
+    }
+    let id = headers.get(async_nats::header::NATS_MESSAGE_ID)?.as_str();
+    id.split_once('.').map(|(_, uid)| uid)
+}
+
 /// Turns a lane message into an item.
 fn item_from(lane: Lane, seq: u64, headers: Option<&HeaderMap>, payload: Bytes) -> Option<Item> {
     let event_id: Arc<str> = headers?.get(EVENT_ID_HEADER)?.as_str().into();
@@ -47,9 +58,7 @@ fn item_from(lane: Lane, seq: u64, headers: Option<&HeaderMap>, payload: Bytes) 
         ordering_key: headers?
             .get(ORDERING_KEY_HEADER)
             .and_then(|v| u64::from_str_radix(v.as_str(), 16).ok()),
-        endpoint_uid: headers?
-            .get(ENDPOINT_UID_HEADER)
-            .map(|v| Arc::from(v.as_str())),
+        endpoint_uid: endpoint_uid(headers?).map(|uid| fnv1a(uid.bytes())),
     })
 }
 
@@ -228,4 +237,23 @@ fn is_not_found(error: &async_nats::jetstream::stream::RawMessageError) -> bool 
         error.kind(),
         async_nats::jetstream::stream::RawMessageErrorKind::NoMessageFound
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_uid_comes_from_the_message_id_or_the_header() {
+        let mut fresh = HeaderMap::new();
+        fresh.insert(
+            async_nats::header::NATS_MESSAGE_ID,
+            "msg_01ARZ3NDEKTSV4RRFFQ69G5FAV.0c1d-uid",
+        );
+        assert_eq!(endpoint_uid(&fresh), Some("0c1d-uid"));
+        let mut retry = HeaderMap::new();
+        retry.insert(ENDPOINT_UID_HEADER, "0c1d-uid");
+        assert_eq!(endpoint_uid(&retry), Some("0c1d-uid"));
+        assert_eq!(endpoint_uid(&HeaderMap::new()), None);
+    }
 }

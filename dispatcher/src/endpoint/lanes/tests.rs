@@ -71,8 +71,9 @@ fn a_full_buffer_leaves_the_backlog_in_jetstream_and_refills_in_order() {
 fn a_busy_lane_is_purged_early() {
     let now = Instant::now();
     let mut lanes = Lanes::default();
-    for seq in 1..=40 {
-        lanes.queue(Lane::New).offer(item(seq), 64);
+    let n = u64::from(EARLY_PURGE_ITEMS) + 8;
+    for seq in 1..=n {
+        lanes.queue(Lane::New).offer(item(seq), n as usize);
     }
     for _ in 0..EARLY_PURGE_ITEMS - 1 {
         let item = lanes.take(Lane::New, false, now).unwrap();
