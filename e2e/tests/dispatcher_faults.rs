@@ -43,11 +43,21 @@ fn log(id: &str, stream: &str) -> Stdio {
     std::fs::File::create(path).map_or_else(|_| Stdio::null(), Stdio::from)
 }
 
-/// SIGINT, then wait: a graceful stop.
-fn stop(mut child: Child) {
+/// SIGINT, then wait (without blocking the test's runtime, which serves the receiver):
+/// a graceful stop. A process that has not stopped after 30 s is killed, so a lost
+/// signal cannot hang the test.
+async fn stop(mut child: Child) {
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
+    for _ in 0..300 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("the dispatcher did not stop within 30 s of SIGINT; killing it");
+    let _ = child.kill();
     let _ = child.wait();
 }
 
@@ -109,7 +119,7 @@ async fn kill_9_mid_stream_then_restart_delivers_every_event() {
     }
     let duplicates = rx.received("hook").len() - 200;
     println!("kill -9: 200 events delivered, {duplicates} duplicates (at-least-once)");
-    stop(second);
+    stop(second).await;
 }
 
 #[tokio::test]
@@ -138,7 +148,7 @@ async fn scaling_replicas_hands_shards_over_without_loss_or_overlap() {
     for i in 40..60 {
         dp.publish(&ns, "a", json!(i)).await;
     }
-    stop(a);
+    stop(a).await;
     for i in 60..80 {
         dp.publish(&ns, "a", json!(i)).await;
     }
@@ -175,7 +185,7 @@ async fn scaling_replicas_hands_shards_over_without_loss_or_overlap() {
             "/{path} out of order"
         );
     }
-    stop(b);
+    stop(b).await;
 }
 
 /// SIGKILL, then wait for the process to be gone.
@@ -257,5 +267,5 @@ async fn disabled_state_and_scheduled_backlog_survive_a_kill_9() {
         1,
         "nothing is sent to a disabled endpoint after a restart"
     );
-    stop(second);
+    stop(second).await;
 }

@@ -5,6 +5,11 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() {
+    // Listen for SIGINT before anything else: a test may stop this process right after
+    // starting it, and a signal that comes before the listener is lost when the process
+    // inherited SIGINT ignored (as background jobs of a shell do).
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .expect("listening for SIGINT");
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -22,7 +27,7 @@ async fn main() {
     };
     let shutdown = async {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
+            _ = interrupt.recv() => {}
             _ = orphaned => {}
         }
     };
