@@ -505,6 +505,27 @@ pub struct Outcome {
     pub requests: usize,
 }
 
+impl Outcome {
+    /// One line for the test output: received, requests, duplicates, order, delays.
+    pub fn summary(&self) -> String {
+        format!(
+            "/{}: {} of {} accepted events received, {} requests ({} beyond the first), {} \
+             duplicates after a success, max in flight {}, {} reorderings, longest delay \
+             {:.2} s, p99 {:.2} s",
+            self.path,
+            self.expected - self.lost.len(),
+            self.expected,
+            self.requests,
+            self.beyond_first,
+            self.duplicates,
+            self.max_in_flight,
+            self.reorderings,
+            self.longest_delay.as_secs_f64(),
+            self.p99_delay.as_secs_f64()
+        )
+    }
+}
+
 /// Accounts for `path` of `rx` against `published`.
 pub fn account(published: &Published, rx: &Receiver, path: &str, ordered: bool) -> Outcome {
     let firsts = rx.first_receipts(path);

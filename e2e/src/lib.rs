@@ -64,6 +64,16 @@ pub fn private_cluster_env() -> &'static TestEnv {
     PRIVATE_CLUSTER_ENV.get_or_init(|| TestEnv::start_with("cluster", &["--nats-cluster", "3"]))
 }
 
+/// Resolves when the process that started this one is gone: test binaries (the test
+/// dispatcher and operator) stop with the test that started them, even when it
+/// panicked or was killed.
+pub async fn orphaned() {
+    let parent = std::os::unix::process::parent_id();
+    while std::os::unix::process::parent_id() == parent {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Serializes the fault-injecting tests of one process.
 pub async fn fault_lock() -> tokio::sync::MutexGuard<'static, ()> {
     FAULTS.lock().await

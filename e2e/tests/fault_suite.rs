@@ -379,22 +379,7 @@ impl Scenario {
             ));
         }
         for (o, ep) in outcomes.iter().zip(&self.eps) {
-            println!(
-                "[{}] /{}: {} of {} accepted events received, {} requests ({} beyond the \
-                 first), {} duplicates after a success, max in flight {}, {} reorderings, \
-                 longest delay {:.2} s, p99 {:.2} s",
-                self.label,
-                o.path,
-                o.expected - o.lost.len(),
-                o.expected,
-                o.requests,
-                o.beyond_first,
-                o.duplicates,
-                o.max_in_flight,
-                o.reorderings,
-                o.longest_delay.as_secs_f64(),
-                o.p99_delay.as_secs_f64()
-            );
+            println!("[{}] {}", self.label, o.summary());
             if !o.lost.is_empty() {
                 let evidence = explain_lost(
                     &self.dp.js,

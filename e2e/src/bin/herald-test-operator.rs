@@ -15,12 +15,7 @@ async fn main() {
     // The operator's `main` installs ring as rustls' provider; this is the same one.
     herald_dispatcher::install_crypto_provider();
     // Stop with the test that started this process, even when it panicked or was killed.
-    let parent = std::os::unix::process::parent_id();
-    let orphaned = async move {
-        while std::os::unix::process::parent_id() == parent {
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        }
-    };
+    let orphaned = herald_e2e::orphaned();
     let shutdown = async {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
