@@ -14,7 +14,12 @@
 //!   lost: its shard task is aborted at once, which aborts its in-flight attempts, before
 //!   anyone else can take the lease;
 //! - a shard task that ends on its own (its consumer failed) gives its lease up and is
-//!   started again after a back-off; until then `/readyz` says `shards` is not ready.
+//!   started again after a back-off; until then `/readyz` says `shards` is not ready;
+//! - a shard cannot notice its lanes' stream being deleted (the ordered consumer retries
+//!   such a stream forever, silently), nor deleted and created again (sequences start
+//!   over, so a consumer position or a purge point from before means nothing in it):
+//!   the loop checks the stream each period and fails every shard when it is gone or
+//!   replaced; they start again, from the new stream's beginning, once it exists.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -24,6 +29,8 @@ use async_nats::jetstream::kv;
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use herald_core::dataplane::layout;
 
 use crate::shard::{self, Shared};
 use crate::supervise::{Backoff, Readiness};
@@ -124,12 +131,25 @@ impl Leases {
                 (false, Err(error)) => self.failed(shard, &error.to_string()),
                 (false, Ok(Ok(()))) => self.failed(shard, "it stopped unasked"),
             }
-            let delete = self
-                .kv
-                .delete_expect_revision(lease_key(shard), Some(lease.revision));
-            if let Ok(Err(error)) = tokio::time::timeout(CALL_TIMEOUT, delete).await {
-                tracing::debug!(%error, shard, "lease release");
-            }
+            self.release(shard, lease.revision).await;
+        }
+    }
+
+    /// Aborts every shard (their lanes cannot be read) and gives their leases up.
+    async fn fail_all(&mut self, why: &str) {
+        for (shard, lease) in std::mem::take(&mut self.held) {
+            lease.task.abort();
+            self.failed(shard, why);
+            self.release(shard, lease.revision).await;
+        }
+    }
+
+    async fn release(&self, shard: u32, revision: u64) {
+        let delete = self
+            .kv
+            .delete_expect_revision(lease_key(shard), Some(revision));
+        if let Ok(Err(error)) = tokio::time::timeout(CALL_TIMEOUT, delete).await {
+            tracing::debug!(%error, shard, "lease release");
         }
     }
 
@@ -223,6 +243,7 @@ pub async fn run(
         held: HashMap::new(),
         failed: HashMap::new(),
     };
+    let mut lanes = LanesWatch::default();
     let mut tick = tokio::time::interval(RENEW_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -231,6 +252,9 @@ pub async fn run(
             _ = stop.changed() => {}
         }
         leases.renew().await;
+        if let Some(why) = lanes.check(&shared.layout.js).await {
+            leases.fail_all(&why).await;
+        }
         leases.reap().await;
         if *stop.borrow() {
             leases.drain_all();
@@ -257,6 +281,37 @@ pub async fn run(
     let _ = tokio::time::timeout(CALL_TIMEOUT, kv.delete(format!("member.{id}"))).await;
     shared.metrics.owned_shards.set(0);
     Ok(())
+}
+
+/// Notices the lanes' stream deleted or replaced (see the module's contract).
+#[derive(Default)]
+struct LanesWatch {
+    /// When the stream this replica's shards read was created (ns since the epoch).
+    created: Option<i128>,
+}
+
+impl LanesWatch {
+    /// Why the shards cannot run, if the stream is gone or was replaced since the last
+    /// check. A check that fails otherwise (NATS unreachable) says nothing: the shards'
+    /// consumers and the leases ride such outages out on their own.
+    async fn check(&mut self, js: &async_nats::jetstream::Context) -> Option<String> {
+        let lookup = js.get_stream(herald_core::dataplane::DELIVERIES_STREAM);
+        match tokio::time::timeout(CALL_TIMEOUT, lookup).await {
+            Ok(Ok(stream)) => {
+                let created = stream.cached_info().created.unix_timestamp_nanos();
+                match self.created.replace(created) {
+                    Some(before) if before != created => {
+                        Some("the lanes' stream was deleted and created again".into())
+                    }
+                    _ => None,
+                }
+            }
+            Ok(Err(error)) if layout::stream_missing(&error) => {
+                Some("the lanes' stream does not exist".into())
+            }
+            _ => None,
+        }
+    }
 }
 
 async fn live_members(kv: &kv::Store) -> Option<BTreeSet<String>> {

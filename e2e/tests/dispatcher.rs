@@ -467,3 +467,81 @@ async fn a_changed_shard_count_is_refused_with_a_clear_error() {
         "{message}"
     );
 }
+
+/// The configuration is loaded completely or not at all. A bucket that cannot be read
+/// (here its stream is gone, as when its only NATS node is down) leaves the index
+/// unloaded and `/readyz` naming `config` — fan-out and the shards wait for the load,
+/// so no event is matched against an empty configuration — and the watch is tried again
+/// with back-off until the bucket can be read; then all of it is loaded.
+#[tokio::test]
+async fn an_unreadable_configuration_is_never_taken_for_an_empty_one() {
+    use herald_dispatcher::index::{self, Index};
+    use herald_dispatcher::supervise::{Readiness, supervise};
+
+    let js = async_nats::jetstream::new(env().nats().await);
+    let bucket = unique_name("cfg");
+    let create = || {
+        js.create_key_value(async_nats::jetstream::kv::Config {
+            bucket: bucket.clone(),
+            ..Default::default()
+        })
+    };
+    let store = create().await.expect("a config bucket");
+    js.delete_stream(format!("KV_{bucket}"))
+        .await
+        .expect("deleting the bucket's stream");
+
+    let index = Index::default();
+    let readiness = Readiness::new(&[index::PART]);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let follow = tokio::spawn(supervise(index::PART, readiness.clone(), stop.clone(), {
+        let (index, store, readiness) = (index.clone(), store.clone(), readiness.clone());
+        move || {
+            index::follow(
+                index.clone(),
+                store.clone(),
+                readiness.clone(),
+                stop.clone(),
+            )
+        }
+    }));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!index.is_loaded(), "an unreadable bucket taken as loaded");
+    assert_eq!(readiness.not_ready(), [index::PART]);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), index.wait_loaded())
+            .await
+            .is_err(),
+        "fan-out's gate opened without a configuration"
+    );
+
+    let ns = unique_name("cfgload");
+    create().await.expect("the bucket back");
+    let configs: Vec<EndpointConfig> = (0..200)
+        .map(|i| {
+            endpoint(
+                &ns,
+                &format!("hook-{i}"),
+                json!({"url": "http://127.0.0.1:9/"}),
+            )
+        })
+        .collect();
+    for config in &configs {
+        let value = serde_json::to_vec(config).unwrap();
+        store
+            .put(config.key().config_key(), value.into())
+            .await
+            .expect("writing a config");
+    }
+    eventually("every endpoint loaded", Duration::from_secs(60), || {
+        let loaded = index.is_loaded() && index.endpoint_count() == configs.len();
+        async move { loaded.then_some(()) }
+    })
+    .await;
+    assert!(readiness.is_ready(), "{:?}", readiness.not_ready());
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(WAIT, follow)
+        .await
+        .expect("the watch stops when asked")
+        .unwrap();
+}

@@ -6,12 +6,19 @@ use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use futures::StreamExt;
+use herald_core::dataplane::{DELIVERIES_STREAM, SHARDS_BUCKET, event_subject};
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint};
 use herald_e2e::receiver::{Behavior, Receiver};
 use herald_e2e::{eventually, fault_lock, private_env};
 use serde_json::json;
 
 fn spawn_dispatcher(id: &str) -> Child {
+    spawn_dispatcher_on(id, "127.0.0.1:0")
+}
+
+/// A dispatcher process serving `/readyz` on `listen`.
+fn spawn_dispatcher_on(id: &str, listen: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_herald-test-dispatcher"))
         .args([
             "--nats-url",
@@ -24,7 +31,7 @@ fn spawn_dispatcher(id: &str) -> Child {
             "127.0.0.0/8",
             "--allow-http",
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--health-interval",
             "1s",
             "--grace",
@@ -268,4 +275,110 @@ async fn disabled_state_and_scheduled_backlog_survive_a_kill_9() {
         "nothing is sent to a disabled endpoint after a restart"
     );
     stop(second).await;
+}
+
+/// A free port on 127.0.0.1 (bound, then released for a child process to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `/readyz` of a dispatcher: `Some((ready, body))` once it answers.
+async fn readyz(http: &reqwest::Client, port: u16) -> Option<(bool, String)> {
+    let response = http
+        .get(format!("http://127.0.0.1:{port}/readyz"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?;
+    let ready = response.status().is_success();
+    Some((ready, response.text().await.ok()?))
+}
+
+/// The shard leases held in `herald-shards`.
+async fn held_leases(dp: &DataPlane) -> Option<BTreeSet<String>> {
+    let shards = dp.js.get_key_value(SHARDS_BUCKET).await.ok()?;
+    let mut keys = shards.keys().await.ok()?;
+    let mut held = BTreeSet::new();
+    while let Some(key) = keys.next().await {
+        let key = key.ok()?;
+        if key.starts_with("shard.") {
+            held.insert(key);
+        }
+    }
+    Some(held)
+}
+
+/// A shard that cannot run (here: its lanes' stream is gone, so its consumer cannot be
+/// created) is not kept alive on paper: its lease is given up, `/readyz` names `shards`,
+/// and it is tried again with back-off; once the stream is back it runs again and
+/// delivers what was accepted meanwhile.
+#[tokio::test]
+async fn a_shard_that_cannot_run_gives_its_lease_up_and_recovers() {
+    let _faults = fault_lock().await;
+    let dp = DataPlane::new(private_env().nats().await).await;
+    let rx = Receiver::start().await;
+    let ns = herald_e2e::unique_name("shardfail");
+    dp.put_keys(&ns, "signing", &[TEST_SECRET]).await;
+    dp.put_endpoint(&endpoint(&ns, "hook", json!({"url": rx.url("hook")})))
+        .await;
+    herald_dispatcher::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let port = free_port();
+    let child = spawn_dispatcher_on("shardfail", &format!("127.0.0.1:{port}"));
+    let within = Duration::from_secs(60);
+    eventually("the dispatcher ready", within, || async {
+        readyz(&http, port).await.filter(|(ready, _)| *ready)
+    })
+    .await;
+    dp.publish(&ns, "a", json!(0)).await;
+    eventually("the first event delivered", within, || {
+        let n = rx.received("hook").len();
+        async move { (n >= 1).then_some(()) }
+    })
+    .await;
+
+    dp.js
+        .delete_stream(DELIVERIES_STREAM)
+        .await
+        .expect("deleting the lanes' stream");
+    // Accepted while no shard can run: must not be lost.
+    dp.js
+        .publish(
+            event_subject(&ns, "a"),
+            json!({"type": "a", "data": 1}).to_string().into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("publish ack");
+    let body = eventually("/readyz naming shards", within, || async {
+        readyz(&http, port)
+            .await
+            .filter(|(ready, body)| !ready && body.contains("shards"))
+            .map(|(_, body)| body)
+    })
+    .await;
+    println!("while the lanes' stream is gone: /readyz says {body:?}");
+    eventually("every shard lease given up", within, || async {
+        held_leases(&dp).await.filter(BTreeSet::is_empty)
+    })
+    .await;
+
+    herald_dispatcher::setup::ensure(&dp.js, herald_dispatcher::setup::DEFAULT_RETENTION, 1)
+        .await
+        .expect("recreating the layout");
+    eventually("the dispatcher ready again", within, || async {
+        readyz(&http, port).await.filter(|(ready, _)| *ready)
+    })
+    .await;
+    eventually("the event accepted meanwhile delivered", within, || {
+        let got = received_data(&rx, "hook");
+        async move { got.contains(&1).then_some(()) }
+    })
+    .await;
+    assert_eq!(held_leases(&dp).await.map(|l| l.len()), Some(4));
+    stop(child).await;
 }

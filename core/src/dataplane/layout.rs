@@ -191,6 +191,15 @@ fn stream_config(spec: &StreamSpec, replicas: usize, base: stream::Config) -> st
     }
 }
 
+/// Whether a stream lookup failed because the stream does not exist (rather than
+/// because NATS could not answer).
+pub fn stream_missing(error: &jetstream::context::GetStreamError) -> bool {
+    matches!(
+        error.kind(),
+        GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND
+    )
+}
+
 /// Creates the stream, or brings an existing one up to date without lowering its
 /// replicas. Returns a handle.
 pub async fn ensure_stream(
@@ -226,11 +235,7 @@ pub async fn ensure_stream(
                 return js.get_stream(spec.name).await.map_err(|e| error(e.into()));
             }
             Err(e) => {
-                let missing = matches!(
-                    e.kind(),
-                    GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND
-                );
-                if !missing {
+                if !stream_missing(&e) {
                     if tries >= 3 {
                         return Err(error(e.into()));
                     }
