@@ -539,6 +539,23 @@ async fn an_unreadable_configuration_is_never_taken_for_an_empty_one() {
     })
     .await;
     assert!(readiness.is_ready(), "{:?}", readiness.not_ready());
+
+    // The watch failing later: named on /readyz, the last known configuration kept.
+    js.delete_stream(format!("KV_{bucket}"))
+        .await
+        .expect("deleting the bucket's stream again");
+    eventually("/readyz naming config", WAIT, || {
+        let down = readiness.not_ready() == [index::PART];
+        async move { down.then_some(()) }
+    })
+    .await;
+    assert_eq!(index.endpoint_count(), configs.len());
+    create().await.expect("the bucket back again");
+    eventually("the watch restarted", Duration::from_secs(60), || {
+        let ready = readiness.is_ready();
+        async move { ready.then_some(()) }
+    })
+    .await;
     stop_tx.send(true).unwrap();
     tokio::time::timeout(WAIT, follow)
         .await
