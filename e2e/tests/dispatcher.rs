@@ -562,3 +562,83 @@ async fn an_unreadable_configuration_is_never_taken_for_an_empty_one() {
         .expect("the watch stops when asked")
         .unwrap();
 }
+
+/// A refill reads a lane back in batches: every message of its subject in the range,
+/// in order, none of another subject, stopping exactly at the range's end; a range past
+/// the last message reads as empty and complete.
+#[tokio::test]
+async fn a_lane_range_is_read_back_in_batches() {
+    use herald_dispatcher::endpoint::RefillRange;
+    use herald_dispatcher::shard::read;
+
+    let client = env().nats().await;
+    let js = async_nats::jetstream::new(client.clone());
+    let name = unique_name("read").to_uppercase();
+    let subjects = format!("{name}.>");
+    let mut stream = js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec![subjects],
+            allow_direct: true,
+            ..Default::default()
+        })
+        .await
+        .expect("a stream");
+    let (lane, other) = (format!("{name}.lane"), format!("{name}.other"));
+    let mut lane_seqs = Vec::new();
+    for i in 0..600u32 {
+        let subject = if i % 3 == 2 { &other } else { &lane };
+        let ack = js
+            .publish(subject.clone(), i.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        if subject == &lane {
+            lane_seqs.push(ack.sequence);
+        }
+    }
+    let last = stream.info().await.unwrap().state.last_sequence;
+
+    let read_all = |until: u64| {
+        let (client, stream, lane) = (client.clone(), stream.clone(), lane.clone());
+        async move {
+            let (mut seqs, mut from, mut batches) = (Vec::new(), 1, 0);
+            loop {
+                let range = RefillRange {
+                    from,
+                    until,
+                    room: 1000,
+                };
+                let (read, next) = read::range(&client, &stream, &lane, range)
+                    .await
+                    .expect("a refill read");
+                batches += 1;
+                seqs.extend(read.iter().map(|m| m.seq));
+                match next {
+                    Some(next) => from = next,
+                    None => return (seqs, batches),
+                }
+            }
+        }
+    };
+    let (seqs, batches) = read_all(last).await;
+    assert_eq!(
+        seqs, lane_seqs,
+        "every lane message, in order, nothing else"
+    );
+    assert!(batches <= 3, "400 messages read in {batches} requests");
+
+    let until = lane_seqs[99];
+    let (seqs, _) = read_all(until).await;
+    assert_eq!(seqs, lane_seqs[..100], "stops at the range's end");
+
+    let past = RefillRange {
+        from: last + 1,
+        until: last + 10,
+        room: 10,
+    };
+    let (read, next) = read::range(&client, &stream, &lane, past).await.unwrap();
+    assert!(read.is_empty() && next.is_none());
+    js.delete_stream(&name).await.unwrap();
+}

@@ -46,7 +46,7 @@ pub struct EndpointConfig {
     /// configuration and the endpoint's backlog, deliver nothing, and resume when the
     /// operator clears it. Only a deleted resource drops work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held: Option<Hold>,
+    pub held: Option<Box<Hold>>,
 }
 
 /// Why delivery to an endpoint is held: a condition reason and message a tenant can

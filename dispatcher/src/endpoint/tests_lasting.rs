@@ -77,10 +77,10 @@ fn held_endpoints_deliver_nothing_and_keep_their_work() {
     let mut s = state(json!({}), false);
     s.lanes.queue(Lane::New).offer(item(1, Lane::New), 64);
     let mut ep = (**s.ep.as_ref().unwrap()).clone_for_test();
-    ep.config.held = Some(herald_core::dataplane::Hold {
+    ep.config.held = Some(Box::new(herald_core::dataplane::Hold {
         reason: "SecretNotReady".into(),
         message: "typo".into(),
-    });
+    }));
     s.configure(Some(Arc::new(ep)));
     assert_eq!(s.readiness(now), Readiness::Idle);
     assert_eq!(s.pending(), 1, "the backlog is kept");

@@ -1,6 +1,6 @@
 //! Reading the lanes: messages from the shard's ordered consumer land in their
 //! endpoint's lane buffer; a full buffer leaves the backlog in JetStream and is refilled
-//! later with direct gets. Configuration changes refresh the endpoints' states; a
+//! later with batched direct gets (see [`super::read`]). Configuration changes refresh the endpoints' states; a
 //! deleted endpoint's lanes are purged.
 
 use std::sync::Arc;
@@ -157,45 +157,23 @@ impl Runtime {
         let subject = key.lane_subject(self.shard, lane);
         let tx = self.refill_tx.clone();
         let key = key.clone();
+        let client = self.shared.layout.js.client();
         tokio::spawn(async move {
-            let mut items = Vec::new();
-            let mut next = Ok(Some(range.from));
-            while let Ok(Some(seq)) = next {
-                if items.len() >= range.room {
-                    break;
+            let read = super::read::range(&client, &stream, subject.as_str(), range).await;
+            let (items, next) = match read {
+                Ok((read, next)) => {
+                    let items = read
+                        .into_iter()
+                        .filter_map(|m| item_from(lane, m.seq, Some(&m.headers), m.payload))
+                        .collect();
+                    (items, Ok(next))
                 }
-                if seq > range.until {
-                    next = Ok(None);
-                    break;
+                Err(error) => {
+                    tracing::debug!(%error, "refill read");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    (Vec::new(), Err(()))
                 }
-                match stream
-                    .get_first_raw_message_by_subject(subject.as_str(), seq)
-                    .await
-                {
-                    Ok(message) if message.sequence <= range.until => {
-                        next = Ok(Some(message.sequence + 1));
-                        if let Some(item) = item_from(
-                            lane,
-                            message.sequence,
-                            Some(&message.headers),
-                            message.payload,
-                        ) {
-                            items.push(item);
-                        }
-                    }
-                    // Nothing more up to `until`.
-                    Ok(_) => next = Ok(None),
-                    Err(error) if is_not_found(&error) => next = Ok(None),
-                    Err(error) => {
-                        tracing::debug!(%error, "refill read");
-                        if items.is_empty() {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                            next = Err(());
-                        }
-                        break;
-                    }
-                }
-            }
+            };
             let _ = tx
                 .send(Refill {
                     key,
@@ -226,17 +204,6 @@ impl Runtime {
         self.maybe_refill(&key, lane);
         self.mark_ready(&key);
     }
-}
-
-/// A read past the last message of the subject answers "no message found". Reads go to
-/// the stream leader (not a direct get, which any replica may answer: a replica that is
-/// still catching up after a restart would answer "not found" for messages that exist,
-/// and the lane would forget them).
-fn is_not_found(error: &async_nats::jetstream::stream::RawMessageError) -> bool {
-    matches!(
-        error.kind(),
-        async_nats::jetstream::stream::RawMessageErrorKind::NoMessageFound
-    )
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod attempts;
 mod consume;
 mod lasting;
 mod log;
+pub mod read;
 mod report;
 mod ring;
 mod upkeep;

@@ -68,10 +68,10 @@ pub fn publication(
 pub fn hold(current: Option<EndpointConfig>, uid: &str, why: &Invalid) -> Publication {
     match current {
         Some(mut config) if config.uid == uid => {
-            config.held = Some(Hold {
+            config.held = Some(Box::new(Hold {
                 reason: why.reason.to_owned(),
                 message: why.message.clone(),
-            });
+            }));
             Publication::Held(config)
         }
         Some(_) => Publication::Stale,
@@ -174,10 +174,10 @@ mod tests {
     fn a_valid_endpoint_is_published_fresh_and_ready_on_its_shard() {
         let obj = endpoint("https://hooks.example.com/");
         let mut old = config(&obj, 7);
-        old.held = Some(Hold {
+        old.held = Some(Box::new(Hold {
             reason: "SecretNotReady".into(),
             message: "no".into(),
-        });
+        }));
         let publication = publication(&obj, &Ok(7), Some(old));
         let Publication::Fresh(config) = &publication else {
             panic!("{publication:?}")

@@ -96,9 +96,8 @@ impl LaneQueue {
             return None;
         }
         self.fetching = true;
-        let room = cap
-            .saturating_sub(self.pending().min(cap as u64) as usize)
-            .max(1);
+        // Room in memory, not in the backlog (which is what is being read).
+        let room = cap.saturating_sub(self.buf.len()).max(1);
         Some(RefillRange {
             from,
             until: self.last_seen,

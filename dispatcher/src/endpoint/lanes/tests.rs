@@ -67,6 +67,22 @@ fn a_full_buffer_leaves_the_backlog_in_jetstream_and_refills_in_order() {
     assert_eq!(lane.low_water(), 4);
 }
 
+/// Regression: the room of a refill was counted against the whole backlog (which is
+/// what is being read back), so behind a backlog every refill read one message, one
+/// request each.
+#[test]
+fn a_refill_behind_a_long_backlog_fills_the_buffer() {
+    let mut lane = LaneQueue::default();
+    for seq in 1..=10_000 {
+        lane.offer(item(seq), 64);
+    }
+    for _ in 0..40 {
+        lane.buf.pop_front();
+    }
+    let range = lane.refill(64).expect("due");
+    assert_eq!((range.from, range.room), (65, 40));
+}
+
 #[test]
 fn a_busy_lane_is_purged_early() {
     let now = Instant::now();
