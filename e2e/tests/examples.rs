@@ -307,3 +307,45 @@ print(outcome(r["body"], stale))
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines, ["ok o-1", "rejected", "rejected"], "{out}");
 }
+
+/// `kubectl explain` prints the CRD's field documentation as whole sentences: the doc
+/// comments' line breaks do not reach the schema (kubectl keeps every line break it
+/// finds, so they broke sentences in the middle).
+#[tokio::test]
+async fn kubectl_explain_prints_whole_sentences() {
+    herald_e2e::install_crds(&env().client().await).await;
+    let sentence = "Disable the endpoint after it has failed continuously (no success at all) \
+                    for this long.";
+    // Discovery may lag the CRD's establishment by a moment.
+    let text = eventually("kubectl explain to know the CRD", WAIT, || async {
+        let out = env()
+            .kubectl()
+            .args(["explain", "webhookendpoints.spec.delivery.disableAfter"])
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    })
+    .await;
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(joined.contains(sentence), "{text}");
+    // kubectl wraps at 80 columns and keeps every line break of the text; so inside a
+    // paragraph each line must end only because the next word would not fit.
+    let description: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("DESCRIPTION"))
+        .skip(1)
+        .map(str::trim_end)
+        .collect();
+    for pair in description.windows(2) {
+        let (line, next) = (pair[0], pair[1]);
+        let Some(word) = next.split_whitespace().next() else {
+            continue;
+        };
+        assert!(
+            line.is_empty() || line.len() + 1 + word.len() > 80,
+            "a line broken before the width (the source's line break?): {line:?} then {word:?}\n{text}"
+        );
+    }
+}
