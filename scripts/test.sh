@@ -30,6 +30,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 (cd e2e/testenv && go vet ./...)
 
 step "build tests"
+# The binaries too: e2e/tests/chart_pods.rs starts the real herald-operator and
+# herald-dispatcher the way the chart's pods run them.
+cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-run
 
 step "start the test environment"

@@ -10,6 +10,7 @@
 
 pub mod dataplane;
 pub mod faults;
+pub mod helm;
 pub mod receiver;
 
 use std::path::{Path, PathBuf};

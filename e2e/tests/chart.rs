@@ -9,12 +9,10 @@
 //! not Helm), so installs use `crds.install=false`; the CRD templates themselves are
 //! checked by rendering and by a server-side dry run.
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint, WebhookReplay};
+use herald_e2e::helm::{chart_dir, documents, helm, kinds, ok, output, template};
 use herald_e2e::{TestContext, env, eventually, repo_root, unique_name};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -26,104 +24,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn chart_dir() -> PathBuf {
-    repo_root().join("charts/herald")
-}
-
-/// The Helm CLI `scripts/build-e2e.sh` built, pointed at the test environment.
-fn helm() -> Command {
-    let bin_dir = std::env::var_os("HERALD_BIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".cache/herald/bin")
-        });
-    let helm = bin_dir.join("helm");
-    assert!(
-        helm.exists(),
-        "{} is missing: run scripts/build-e2e.sh first",
-        helm.display()
-    );
-    let mut cmd = Command::new(helm);
-    cmd.env("KUBECONFIG", env().kubeconfig());
-    cmd
-}
-
-/// Runs `cmd`, feeding it `stdin`, and returns what it did.
-fn output(mut cmd: Command, stdin: Option<&str>) -> Output {
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .expect("writing stdin");
-    }
-    child.wait_with_output().expect("waiting for the command")
-}
-
-/// Runs `cmd` and returns its stdout; panics with its stderr when it fails.
-fn ok(cmd: Command, stdin: Option<&str>) -> String {
-    let described = format!("{cmd:?}");
-    let out = output(cmd, stdin);
-    assert!(
-        out.status.success(),
-        "{described} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-/// `helm template` of the chart as release `release` in `namespace` with `--set` values.
-fn template(release: &str, namespace: &str, set: &[&str]) -> String {
-    let mut cmd = helm();
-    cmd.args(["template", release])
-        .arg(chart_dir())
-        .args(["--namespace", namespace]);
-    for value in set {
-        cmd.args(["--set", value]);
-    }
-    ok(cmd, None)
-}
-
-/// Every non-empty document of a multi-document YAML stream.
-fn documents(yaml: &str) -> Vec<Value> {
-    let mut docs = vec![String::new()];
-    for line in yaml.lines() {
-        if line == "---" {
-            docs.push(String::new());
-        } else if let Some(doc) = docs.last_mut() {
-            doc.push_str(line);
-            doc.push('\n');
-        }
-    }
-    docs.iter()
-        .map(|doc| serde_norway::from_str::<Value>(doc).expect("rendered YAML parses"))
-        .filter(|doc| !doc.is_null())
-        .collect()
-}
-
-fn kinds(docs: &[Value]) -> Vec<String> {
-    let mut kinds: Vec<String> = docs
-        .iter()
-        .map(|d| d["kind"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    kinds.sort();
-    kinds
-}
 
 /// A release of the chart in a test's namespace; uninstalled on [`Release::uninstall`].
 struct Release {
@@ -341,6 +241,98 @@ async fn crd_templates_are_kept_and_follow_crds_install() {
             .any(|d| d["kind"] == "CustomResourceDefinition"),
         "crds.install=false still renders CRDs"
     );
+    ctx.cleanup().await;
+}
+
+/// The CRDs Herald ships, by name.
+const CRD_NAMES: [&str; 3] = [
+    "webhookendpoints.herald.dev",
+    "signingsecrets.herald.dev",
+    "webhookreplays.herald.dev",
+];
+
+/// `kubectl <verb> crd <every Herald CRD> <args>`.
+fn kubectl_crds(verb: &str, args: &[&str]) {
+    let mut cmd = env().kubectl();
+    cmd.args([verb, "crd"]).args(CRD_NAMES).args(args);
+    ok(cmd, None);
+}
+
+/// CRDs applied with kubectl (as the harness did, and the README suggests for GitOps): a
+/// release with `crds.install=true` is refused by Helm with its ownership message (the
+/// chart's README quotes it and says what to do); `crds.install=false` installs beside
+/// them; after the README's adoption commands, `crds.install=true` takes them over.
+#[tokio::test]
+async fn crds_applied_with_kubectl_are_left_alone_or_adopted() {
+    let ctx = TestContext::new("chart-adopt").await;
+    let name = unique_name("adopt");
+    let install = |set: &str| {
+        let mut cmd = helm();
+        cmd.args(["install", &name])
+            .arg(chart_dir())
+            .args(["--namespace", &ctx.namespace])
+            .args(["--set", "nats.url=nats://nats.invalid:4222"])
+            .args(["--set", set]);
+        output(cmd, None)
+    };
+    let refused = install("crds.install=true");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "Helm took CRDs it does not own");
+    println!("helm refused: {stderr}");
+    for quoted in [
+        "exists and cannot be imported into the current release",
+        "invalid ownership metadata",
+        "app.kubernetes.io/managed-by",
+    ] {
+        assert!(stderr.contains(quoted), "{quoted:?} not in: {stderr}");
+    }
+
+    let beside = install("crds.install=false");
+    assert!(
+        beside.status.success(),
+        "{}",
+        String::from_utf8_lossy(&beside.stderr)
+    );
+    let mut cmd = helm();
+    cmd.args(["uninstall", &name, "--namespace", &ctx.namespace]);
+    ok(cmd, None);
+
+    let release_name = format!("meta.helm.sh/release-name={name}");
+    let release_namespace = format!("meta.helm.sh/release-namespace={}", ctx.namespace);
+    kubectl_crds(
+        "label",
+        &["app.kubernetes.io/managed-by=Helm", "--overwrite"],
+    );
+    kubectl_crds(
+        "annotate",
+        &[&release_name, &release_namespace, "--overwrite"],
+    );
+    let adopted = install("crds.install=true");
+    let result = adopted.status.success();
+    let mut cmd = helm();
+    cmd.args(["get", "manifest", &name, "--namespace", &ctx.namespace]);
+    let manifest = if result { ok(cmd, None) } else { String::new() };
+    let mut cmd = helm();
+    cmd.args(["uninstall", &name, "--namespace", &ctx.namespace]);
+    let _ = output(cmd, None);
+    // Back to CRDs owned by nobody, as the other tests expect.
+    kubectl_crds("label", &["app.kubernetes.io/managed-by-"]);
+    kubectl_crds(
+        "annotate",
+        &[
+            "meta.helm.sh/release-name-",
+            "meta.helm.sh/release-namespace-",
+        ],
+    );
+    assert!(result, "{}", String::from_utf8_lossy(&adopted.stderr));
+    let owned = documents(&manifest)
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .count();
+    assert_eq!(owned, 3, "the release owns the CRDs");
+    let mut cmd = env().kubectl();
+    cmd.args(["get", "crd", "-o", "name"]).args(CRD_NAMES);
+    assert_eq!(ok(cmd, None).lines().count(), 3, "uninstall kept the CRDs");
     ctx.cleanup().await;
 }
 
