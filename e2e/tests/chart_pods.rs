@@ -162,6 +162,18 @@ impl Pod {
         response.is_ok_and(|r| r.status().is_success())
     }
 
+    async fn until_ready(&mut self) {
+        let started = Instant::now();
+        while !self.ready().await {
+            assert!(
+                started.elapsed() < WAIT,
+                "{} not ready by its probe after {WAIT:?}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// SIGTERM (what the kubelet sends), then the time until the process exited.
     async fn terminate(mut self) -> Duration {
         let sent = Instant::now();
@@ -243,71 +255,106 @@ fn service_account_kubeconfig(service_account: &str, namespace: &str) -> PathBuf
     path
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_charts_pods_start_as_rendered_deliver_and_stop_in_time() {
-    herald_dispatcher::install_crypto_provider();
-    let ctx = TestContext::new("chart-pods").await;
-    let ns = ctx.namespace.clone();
-    let release = unique_name("pods");
-    // The NATS URL from a Secret, as production passes credentials.
-    let mut secret = env().kubectl();
-    secret
-        .args(["create", "secret", "generic", "nats", "-n", &ns])
-        .arg(format!("--from-literal=url={}", env().nats_url()));
-    ok(secret, None);
-    let mut install = helm();
-    install
-        .args(["install", &release])
-        .arg(chart_dir())
-        .args(["--namespace", &ns])
-        .args(["--set", "crds.install=false"])
-        .args(["--set", "nats.existingSecret=nats"])
-        .args(["--set", "shards=4"])
-        // One nats-server: streams with one replica (production values keep 3).
-        .args(["--set", "nats.jetstreamReplicas=1"])
-        .args(["--set", "allowNetworks={127.0.0.0/8}"])
-        .args(["--set", "allowHttp=true"])
-        .args(["--set", &format!("operator.watchNamespace={ns}")])
-        .args(["--set", "operator.statusInterval=1s"])
-        .args(["--set", "dispatcher.graceSeconds=5"]);
-    ok(install, None);
-    let mut get = helm();
-    get.args(["get", "manifest", &release, "--namespace", &ns]);
-    let docs = documents(&ok(get, None));
-    let workload = |kind: &str| {
-        docs.iter()
-            .find(|d| d["kind"] == kind)
-            .unwrap_or_else(|| panic!("the chart renders a {kind}"))
-            .clone()
-    };
-    let (deployment, statefulset) = (workload("Deployment"), workload("StatefulSet"));
-    let operator_sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-        .as_str()
-        .expect("the operator's ServiceAccount");
-    assert_eq!(
-        statefulset["spec"]["template"]["spec"]["automountServiceAccountToken"], false,
-        "the dispatcher's pod gets no API credentials"
-    );
-    let credentials = service_account_kubeconfig(operator_sa, &ns);
-    let operator_pod = format!("{}-0", deployment["metadata"]["name"].as_str().unwrap());
-    let dispatcher_pod = format!("{}-0", statefulset["metadata"]["name"].as_str().unwrap());
-    let mut operator = Pod::start(&deployment, &operator_pod, &ns, Some(&credentials));
-    let mut dispatcher = Pod::start(&statefulset, &dispatcher_pod, &ns, None);
-    for pod in [&mut operator, &mut dispatcher] {
-        let started = Instant::now();
-        while !pod.ready().await {
-            assert!(
-                started.elapsed() < WAIT,
-                "{} not ready by its probe after {WAIT:?}",
-                pod.name
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+/// A release of the chart in a test's namespace, configured for the test environment:
+/// the NATS URL from a Secret (as production passes credentials), one JetStream replica
+/// (one nats-server; production values keep 3), loopback receivers allowed, the operator
+/// watching only the test's namespace.
+struct Release {
+    name: String,
+    namespace: String,
+}
+
+impl Release {
+    fn install(ctx: &TestContext, prefix: &str, set: &[&str]) -> Self {
+        let release = Self {
+            name: unique_name(prefix),
+            namespace: ctx.namespace.clone(),
+        };
+        let mut secret = env().kubectl();
+        secret
+            .args([
+                "create",
+                "secret",
+                "generic",
+                "nats",
+                "-n",
+                &release.namespace,
+            ])
+            .arg(format!("--from-literal=url={}", env().nats_url()));
+        ok(secret, None);
+        release.helm("install", set);
+        release
     }
 
-    // A tenant's endpoint, reconciled by the operator with the chart's RBAC and served by
-    // the dispatcher with the chart's settings.
-    let rx = Receiver::start().await;
+    /// `helm <action>` (install or upgrade) with the test's values and `set`.
+    fn helm(&self, action: &str, set: &[&str]) {
+        let mut cmd = helm();
+        cmd.args([action, &self.name])
+            .arg(chart_dir())
+            .args(["--namespace", &self.namespace]);
+        for value in [
+            "crds.install=false",
+            "nats.existingSecret=nats",
+            "shards=4",
+            "nats.jetstreamReplicas=1",
+            "allowNetworks={127.0.0.0/8}",
+            "allowHttp=true",
+            &format!("operator.watchNamespace={}", self.namespace),
+            "operator.statusInterval=1s",
+            "dispatcher.graceSeconds=5",
+        ]
+        .iter()
+        .chain(set)
+        {
+            cmd.args(["--set", value]);
+        }
+        ok(cmd, None);
+    }
+
+    /// The rendered workload of `kind` (Deployment: the operator; StatefulSet: the
+    /// dispatcher) as installed now.
+    fn workload(&self, kind: &str) -> Value {
+        let mut get = helm();
+        get.args([
+            "get",
+            "manifest",
+            &self.name,
+            "--namespace",
+            &self.namespace,
+        ]);
+        documents(&ok(get, None))
+            .into_iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("the chart renders a {kind}"))
+    }
+
+    /// A pod of `workload` named with `suffix` (a StatefulSet's ordinal, a Deployment's
+    /// replica), started with its ServiceAccount's token when it mounts one.
+    fn pod(&self, workload: &Value, suffix: &str) -> Pod {
+        let spec = &workload["spec"]["template"]["spec"];
+        let credentials = (spec["automountServiceAccountToken"] != false).then(|| {
+            let account = spec["serviceAccountName"]
+                .as_str()
+                .expect("a ServiceAccount");
+            service_account_kubeconfig(account, &self.namespace)
+        });
+        let name = format!(
+            "{}-{suffix}",
+            workload["metadata"]["name"].as_str().unwrap()
+        );
+        Pod::start(workload, &name, &self.namespace, credentials.as_ref())
+    }
+
+    fn uninstall(&self) {
+        let mut cmd = helm();
+        cmd.args(["uninstall", &self.name, "--namespace", &self.namespace]);
+        ok(cmd, None);
+    }
+}
+
+/// Creates a SigningSecret and a WebhookEndpoint for `order.*` to `url` in the test's
+/// namespace and waits until the operator reports the endpoint Ready.
+async fn tenant_endpoint(ctx: &TestContext, url: &str) {
     let secret: SigningSecret = serde_json::from_value(json!({
         "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
         "metadata": {"name": "keys"}, "spec": {}
@@ -316,7 +363,7 @@ async fn the_charts_pods_start_as_rendered_deliver_and_stop_in_time() {
     let endpoint: WebhookEndpoint = serde_json::from_value(json!({
         "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
         "metadata": {"name": "orders"},
-        "spec": {"url": rx.url("orders"), "eventTypes": ["order.*"], "secretRef": {"name": "keys"}}
+        "spec": {"url": url, "eventTypes": ["order.*"], "secretRef": {"name": "keys"}}
     }))
     .unwrap();
     ctx.api::<SigningSecret>()
@@ -337,6 +384,31 @@ async fn the_charts_pods_start_as_rendered_deliver_and_stop_in_time() {
             .then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_pods_start_as_rendered_deliver_and_stop_in_time() {
+    herald_dispatcher::install_crypto_provider();
+    let ctx = TestContext::new("chart-pods").await;
+    let ns = ctx.namespace.clone();
+    let release = Release::install(&ctx, "pods", &[]);
+    let (deployment, statefulset) = (
+        release.workload("Deployment"),
+        release.workload("StatefulSet"),
+    );
+    assert_eq!(
+        statefulset["spec"]["template"]["spec"]["automountServiceAccountToken"], false,
+        "the dispatcher's pod gets no API credentials"
+    );
+    let mut operator = release.pod(&deployment, "0");
+    let mut dispatcher = release.pod(&statefulset, "0");
+    for pod in [&mut operator, &mut dispatcher] {
+        pod.until_ready().await;
+    }
+    // A tenant's endpoint, reconciled by the operator with the chart's RBAC and served by
+    // the dispatcher with the chart's settings.
+    let rx = Receiver::start().await;
+    tenant_endpoint(&ctx, &rx.url("orders")).await;
     let dp = DataPlane::new(env().nats().await).await;
     dp.publish(&ns, "order.created", json!({"id": 1})).await;
     let delivered = eventually("the event delivered", WAIT, || {
@@ -353,8 +425,121 @@ async fn the_charts_pods_start_as_rendered_deliver_and_stop_in_time() {
         println!("{name}: stopped {took:?} after SIGTERM (grace {grace:?})");
         assert!(took < grace, "{name} took {took:?}, its grace is {grace:?}");
     }
-    let mut uninstall = helm();
-    uninstall.args(["uninstall", &release, "--namespace", &ns]);
-    ok(uninstall, None);
+    release.uninstall();
+    ctx.cleanup().await;
+}
+
+/// A rolling upgrade as Kubernetes performs it, while a producer publishes: `helm
+/// upgrade` with new values, then the dispatcher StatefulSet's pods replaced one at a
+/// time from the highest ordinal (each stopped with SIGTERM, its successor started from
+/// the new rendering and ready before the next), and the operator Deployment surged (a
+/// new pod ready before an old one stops). Every event is delivered; each pod stops
+/// inside its grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_delivers_every_event() {
+    herald_dispatcher::install_crypto_provider();
+    let ctx = TestContext::new("chart-roll").await;
+    let ns = ctx.namespace.clone();
+    let release = Release::install(&ctx, "roll", &["dispatcher.replicas=2"]);
+    let (deployment, statefulset) = (
+        release.workload("Deployment"),
+        release.workload("StatefulSet"),
+    );
+    let mut operators = vec![release.pod(&deployment, "a"), release.pod(&deployment, "b")];
+    let mut dispatchers = vec![
+        release.pod(&statefulset, "0"),
+        release.pod(&statefulset, "1"),
+    ];
+    for pod in operators.iter_mut().chain(dispatchers.iter_mut()) {
+        pod.until_ready().await;
+    }
+    let rx = Receiver::start().await;
+    tenant_endpoint(&ctx, &rx.url("orders")).await;
+
+    const EVENTS: i64 = 800;
+    let dp = DataPlane::new(env().nats().await).await;
+    let producer = tokio::spawn({
+        let (dp, ns) = (dp.clone(), ns.clone());
+        async move {
+            for i in 0..EVENTS {
+                dp.publish(&ns, "order.created", json!(i)).await;
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    release.helm(
+        "upgrade",
+        &[
+            "dispatcher.replicas=2",
+            "dispatcher.maxInFlightPerShard=512",
+        ],
+    );
+    let statefulset = release.workload("StatefulSet");
+    let env_of = |w: &Value| w["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+    assert!(
+        env_of(&statefulset).to_string().contains("\"512\""),
+        "the upgrade changes the dispatcher's environment"
+    );
+    assert!(
+        !producer.is_finished(),
+        "the rollout starts while events flow"
+    );
+    let mut stops = Vec::new();
+    // StatefulSet: highest ordinal first, each successor ready before the next.
+    for ordinal in (0..dispatchers.len()).rev() {
+        let old = dispatchers.remove(ordinal);
+        let (name, grace) = (old.name.clone(), old.termination_grace);
+        stops.push((name, old.terminate().await, grace));
+        let mut new = release.pod(&statefulset, &ordinal.to_string());
+        new.until_ready().await;
+        dispatchers.insert(ordinal, new);
+    }
+    println!(
+        "dispatchers replaced while the producer {}",
+        if producer.is_finished() {
+            "had finished"
+        } else {
+            "was still publishing"
+        }
+    );
+    // Deployment: surge one new pod, then stop one old.
+    let deployment = release.workload("Deployment");
+    for suffix in ["c", "d"] {
+        let mut new = release.pod(&deployment, suffix);
+        new.until_ready().await;
+        let old = operators.remove(0);
+        let (name, grace) = (old.name.clone(), old.termination_grace);
+        stops.push((name, old.terminate().await, grace));
+        operators.push(new);
+    }
+    producer.await.expect("the producer");
+
+    let all: std::collections::BTreeSet<i64> = (0..EVENTS).collect();
+    let received = || -> std::collections::BTreeSet<i64> {
+        rx.received("orders")
+            .iter()
+            .filter_map(|r| r.json()["data"].as_i64())
+            .collect()
+    };
+    let waited = Instant::now();
+    while received() != all {
+        if waited.elapsed() > WAIT {
+            let missing: Vec<_> = all.difference(&received()).take(20).copied().collect();
+            panic!("after the rollout, missing e.g. {missing:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let duplicates = rx.received("orders").len() as i64 - EVENTS;
+    println!("rolling upgrade: {EVENTS} events delivered, {duplicates} duplicates");
+    for (name, took, grace) in stops {
+        println!("{name}: stopped {took:?} after SIGTERM (grace {grace:?})");
+        assert!(took < grace, "{name} took {took:?}, its grace is {grace:?}");
+    }
+    for pod in operators.into_iter().chain(dispatchers) {
+        pod.terminate().await;
+    }
+    release.uninstall();
     ctx.cleanup().await;
 }
