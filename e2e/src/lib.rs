@@ -197,6 +197,12 @@ impl TestEnv {
             .expect("connecting to NATS")
     }
 
+    /// `testenv <args>`: the tool that runs this environment, also the harness's way to
+    /// compute what GitOps tools make of an object (`argo-health`, `kstatus`).
+    pub fn testenv(&self) -> Command {
+        Command::new(self.bin_dir.join("testenv"))
+    }
+
     /// `kubectl` (from PATH, else the one `scripts/build-e2e.sh` built) pointed at the
     /// environment.
     pub fn kubectl(&self) -> Command {

@@ -32,6 +32,8 @@ const usage = `usage:
   testenv nats-kill --dir DIR --node I      (--nats-cluster only: SIGKILL node I)
   testenv nats-start --dir DIR --node I     (--nats-cluster only: start node I again)
   testenv apiserver-blackout --dir DIR --seconds N
+  testenv argo-health SCRIPT.lua < OBJECT.json   (Argo CD's Lua health check of one object)
+  testenv kstatus < OBJECT.json                  (kstatus, as Flux's wait computes it)
 `
 
 func main() {
@@ -67,6 +69,14 @@ func main() {
 		secs := fs.Float64("seconds", 0, "how long the API server stays unreachable")
 		fs.Parse(os.Args[2:])
 		err = callControl(*dir, "/apiserver/blackout?seconds="+strconv.FormatFloat(*secs, 'f', -1, 64))
+	case "argo-health":
+		if len(os.Args) != 3 {
+			fmt.Fprint(os.Stderr, usage)
+			os.Exit(2)
+		}
+		err = argoHealth(os.Args[2])
+	case "kstatus":
+		err = kstatusOf()
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)

@@ -105,6 +105,12 @@ fn reconciled(object: &Value) -> bool {
 }
 
 fn start_operator(namespace: &str) -> oneshot::Sender<()> {
+    start_operator_with(namespace, &[])
+}
+
+/// [`start_operator`] with more flags.
+fn start_operator_with(namespace: &str, extra: &[&str]) -> oneshot::Sender<()> {
+    let kubeconfig = env().kubeconfig().display().to_string();
     let args = [
         "herald-operator",
         "--nats-url",
@@ -114,7 +120,7 @@ fn start_operator(namespace: &str) -> oneshot::Sender<()> {
         "--lease-namespace",
         namespace,
         "--kubeconfig",
-        &env().kubeconfig().display().to_string(),
+        &kubeconfig,
         "--listen",
         "127.0.0.1:0",
         "--shards",
@@ -122,7 +128,8 @@ fn start_operator(namespace: &str) -> oneshot::Sender<()> {
         "--status-interval",
         "1s",
     ]
-    .map(str::to_owned);
+    .into_iter()
+    .chain(extra.iter().copied());
     let config = <herald_operator::Config as clap::Parser>::try_parse_from(args).expect("flags");
     let (tx, rx) = oneshot::channel::<()>();
     tokio::spawn(herald_operator::run(config, async move {
@@ -348,4 +355,132 @@ async fn kubectl_explain_prints_whole_sentences() {
             "a line broken before the width (the source's line break?): {line:?} then {word:?}\n{text}"
         );
     }
+}
+
+/// What a GitOps tool makes of `object`: `testenv argo-health SCRIPT` (Argo CD's Lua
+/// health check, run with gopher-lua as Argo CD runs it) or `testenv kstatus` (Flux).
+fn gitops_verdict(args: &[&str], object: &Value) -> (String, String) {
+    let mut cmd = env().testenv();
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("starting testenv");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(object.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "testenv {args:?}: {}", stderr(&out));
+    let verdict: Value = serde_json::from_slice(&out.stdout).expect("a verdict");
+    (
+        verdict["status"].as_str().unwrap_or_default().to_owned(),
+        verdict["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// The Argo CD health checks of `examples/gitops/argocd`, run against objects the Herald
+/// operator reconciled on the real API server, in each state a tenant meets.
+#[tokio::test]
+async fn argo_cd_health_checks_read_what_the_operator_writes() {
+    let ctx = TestContext::new("argo").await;
+    let ns = ctx.namespace.clone();
+    let endpoint = |name: &str, spec: Value| {
+        let mut spec = spec;
+        spec["eventTypes"] = serde_json::json!(["order.*"]);
+        serde_json::json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec
+        })
+    };
+    let objects = [
+        serde_json::json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+            "metadata": {"name": "keys", "namespace": ns}, "spec": {}
+        }),
+        endpoint(
+            "accepted",
+            serde_json::json!({"url": "http://127.0.0.1:9/a", "secretRef": {"name": "keys"}}),
+        ),
+        endpoint(
+            "paused",
+            serde_json::json!({"url": "http://127.0.0.1:9/p", "secretRef": {"name": "keys"}, "paused": true}),
+        ),
+        endpoint(
+            "no-secret",
+            serde_json::json!({"url": "http://127.0.0.1:9/n", "secretRef": {"name": "missing"}}),
+        ),
+        endpoint(
+            "forbidden",
+            serde_json::json!({"url": "https://10.1.2.3/f", "secretRef": {"name": "keys"}}),
+        ),
+    ];
+    let documents: String = objects.iter().map(|o| format!("---\n{o}\n")).collect();
+    let out = kubectl(&["apply", "--server-side", "-f", "-"], &documents);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let replay = manifest("replay/replay.yaml", &ns);
+    let out = kubectl(&["apply", "--server-side", "-f", "-"], &replay);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let script = |kind: &str| {
+        repo_root()
+            .join("examples/gitops/argocd")
+            .join(format!("{}.lua", kind.to_lowercase()))
+            .display()
+            .to_string()
+    };
+    // Before the operator has seen them: Progressing.
+    for object in &objects {
+        let kind = object["kind"].as_str().unwrap();
+        let (status, _) = gitops_verdict(&["argo-health", &script(kind)], object);
+        assert_eq!(status, "Progressing", "{}", id(object));
+    }
+
+    let stop = start_operator_with(&ns, &["--allow-network", "127.0.0.0/8", "--allow-http"]);
+    let reconciled_objects = eventually("the operator to reconcile every object", WAIT, || {
+        let all = self::objects(&ns);
+        let done = all.len() == 6 && all.iter().all(reconciled);
+        async move { done.then_some(all) }
+    })
+    .await;
+    let _ = stop.send(());
+    let want = [
+        ("SigningSecret/keys", "Healthy"),
+        ("WebhookEndpoint/accepted", "Healthy"),
+        ("WebhookEndpoint/paused", "Suspended"),
+        ("WebhookEndpoint/no-secret", "Degraded"),
+        ("WebhookEndpoint/forbidden", "Degraded"),
+        ("WebhookReplay/", "Degraded"),
+    ];
+    for object in &reconciled_objects {
+        let kind = object["kind"].as_str().unwrap();
+        let (status, message) = gitops_verdict(&["argo-health", &script(kind)], object);
+        let name = format!("{kind}/{}", object["metadata"]["name"].as_str().unwrap());
+        println!("{name}: Argo CD {status} ({message})");
+        let expected = want
+            .iter()
+            .find(|(prefix, _)| name.starts_with(prefix))
+            .map(|(_, s)| *s)
+            .unwrap_or_else(|| panic!("no expectation for {name}"));
+        assert_eq!(status, expected, "{name}: {message}");
+        assert!(!message.is_empty(), "{name}: a health without a message");
+    }
+    // The kustomization merges exactly these scripts into Argo CD's `argocd-cm`.
+    let out = env()
+        .kubectl()
+        .arg("kustomize")
+        .arg(repo_root().join("examples/gitops/argocd"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let cm: Value = serde_norway::from_slice(&out.stdout).expect("one ConfigMap");
+    assert_eq!(cm["metadata"]["name"], "argocd-cm");
+    for kind in ["WebhookEndpoint", "SigningSecret", "WebhookReplay"] {
+        let key = format!("resource.customizations.health.herald.dev_{kind}");
+        let file = std::fs::read_to_string(script(kind)).unwrap();
+        assert_eq!(cm["data"][&key].as_str(), Some(file.as_str()), "{key}");
+    }
+    ctx.cleanup().await;
 }
