@@ -31,6 +31,12 @@ pub mod condition {
     pub const DISABLED: &str = "Disabled";
     /// A replay has finished (successfully or not).
     pub const COMPLETE: &str = "Complete";
+    /// kstatus: Herald waits for something that can come on its own (a SigningSecret,
+    /// DNS, a referenced endpoint). Written only while True.
+    pub const RECONCILING: &str = "Reconciling";
+    /// kstatus: a person must change something (an invalid spec, a forbidden URL, bad
+    /// key data). Written only while True.
+    pub const STALLED: &str = "Stalled";
 }
 
 /// Condition reasons (CamelCase, low cardinality: also used as Event reasons and metric

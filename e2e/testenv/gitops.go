@@ -103,11 +103,16 @@ func toLua(L *lua.LState, v any) lua.LValue {
 
 // kstatusOf computes the object's status as kstatus (and so Flux's `wait`) does.
 func kstatusOf() error {
-	obj, err := readObject()
+	data, err := io.ReadAll(os.Stdin)
 	if err != nil {
 		return err
 	}
-	result, err := status.Compute(&unstructured.Unstructured{Object: obj})
+	// Unstructured's own decoder keeps integers int64, as kstatus expects.
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(data); err != nil {
+		return fmt.Errorf("stdin is not a Kubernetes object: %w", err)
+	}
+	result, err := status.Compute(u)
 	if err != nil {
 		return err
 	}

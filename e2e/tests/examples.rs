@@ -381,8 +381,9 @@ fn gitops_verdict(args: &[&str], object: &Value) -> (String, String) {
     )
 }
 
-/// The Argo CD health checks of `examples/gitops/argocd`, run against objects the Herald
-/// operator reconciled on the real API server, in each state a tenant meets.
+/// The Argo CD health checks of `examples/gitops/argocd`, and kstatus (what Flux's `wait`
+/// uses), run against objects the Herald operator reconciled on the real API server, in
+/// each state a tenant meets.
 #[tokio::test]
 async fn argo_cd_health_checks_read_what_the_operator_writes() {
     let ctx = TestContext::new("argo").await;
@@ -446,26 +447,28 @@ async fn argo_cd_health_checks_read_what_the_operator_writes() {
     })
     .await;
     let _ = stop.send(());
+    // (name prefix, Argo CD health, kstatus as Flux's `wait` computes it)
     let want = [
-        ("SigningSecret/keys", "Healthy"),
-        ("WebhookEndpoint/accepted", "Healthy"),
-        ("WebhookEndpoint/paused", "Suspended"),
-        ("WebhookEndpoint/no-secret", "Degraded"),
-        ("WebhookEndpoint/forbidden", "Degraded"),
-        ("WebhookReplay/", "Degraded"),
+        ("SigningSecret/keys", "Healthy", "Current"),
+        ("WebhookEndpoint/accepted", "Healthy", "Current"),
+        ("WebhookEndpoint/paused", "Suspended", "Current"),
+        ("WebhookEndpoint/no-secret", "Degraded", "InProgress"),
+        ("WebhookEndpoint/forbidden", "Degraded", "Failed"),
+        ("WebhookReplay/", "Degraded", "InProgress"),
     ];
     for object in &reconciled_objects {
         let kind = object["kind"].as_str().unwrap();
         let (status, message) = gitops_verdict(&["argo-health", &script(kind)], object);
+        let (kstatus, why) = gitops_verdict(&["kstatus"], object);
         let name = format!("{kind}/{}", object["metadata"]["name"].as_str().unwrap());
-        println!("{name}: Argo CD {status} ({message})");
-        let expected = want
+        println!("{name}: Argo CD {status} ({message}); kstatus {kstatus} ({why})");
+        let (_, health, flux) = want
             .iter()
-            .find(|(prefix, _)| name.starts_with(prefix))
-            .map(|(_, s)| *s)
+            .find(|(prefix, _, _)| name.starts_with(prefix))
             .unwrap_or_else(|| panic!("no expectation for {name}"));
-        assert_eq!(status, expected, "{name}: {message}");
+        assert_eq!(status, *health, "{name}: {message}");
         assert!(!message.is_empty(), "{name}: a health without a message");
+        assert_eq!(kstatus, *flux, "{name}: {why}");
     }
     // The kustomization merges exactly these scripts into Argo CD's `argocd-cm`.
     let out = env()

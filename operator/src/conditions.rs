@@ -32,6 +32,38 @@ impl Desired {
     }
 }
 
+/// `ready` and, while it is False, the condition kstatus reads (kstatus computes status
+/// for Flux's `wait` and other tools from `Reconciling` and `Stalled`, not from `Ready`):
+/// `Reconciling` when Herald waits for something that can come on its own (a
+/// SigningSecret, a DNS answer, a referenced endpoint), `Stalled` when a person must
+/// change something. Each is written only while True (kstatus looks for True), so a
+/// resource that is fine carries `Ready` alone.
+pub fn ready_with_kstatus(ready: Desired) -> Vec<Desired> {
+    use herald_core::names::{condition, reason};
+    const WAITING: [&str; 4] = [
+        reason::SECRET_NOT_FOUND,
+        reason::SECRET_NOT_READY,
+        reason::URL_UNRESOLVABLE,
+        reason::ENDPOINT_NOT_FOUND,
+    ];
+    if ready.status {
+        return vec![ready];
+    }
+    let kind = if WAITING.contains(&ready.reason) {
+        condition::RECONCILING
+    } else {
+        condition::STALLED
+    };
+    let also = Desired::new(kind, true, ready.reason, ready.message.clone());
+    vec![ready, also]
+}
+
+/// Whether `type_` is one [`ready_with_kstatus`] writes.
+pub fn is_ready_or_kstatus(type_: &str) -> bool {
+    use herald_core::names::condition;
+    [condition::READY, condition::RECONCILING, condition::STALLED].contains(&type_)
+}
+
 /// The conditions to write: `desired` in order, each keeping the `lastTransitionTime`
 /// of the existing condition of its type when the status did not change.
 pub fn merge(
@@ -73,6 +105,25 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn kstatus_sees_waiting_as_reconciling_and_a_needed_fix_as_stalled() {
+        use herald_core::names::{condition, reason};
+        let ok = Desired::new(condition::READY, true, reason::ACCEPTED, "fine");
+        assert_eq!(ready_with_kstatus(ok.clone()), [ok]);
+        let waiting = Desired::new(condition::READY, false, reason::SECRET_NOT_READY, "wait");
+        let out = ready_with_kstatus(waiting);
+        assert_eq!(
+            (out[1].type_, out[1].status),
+            (condition::RECONCILING, true)
+        );
+        let broken = Desired::new(condition::READY, false, reason::URL_FORBIDDEN, "no");
+        let out = ready_with_kstatus(broken);
+        assert_eq!(
+            (out[1].type_, out[1].reason),
+            (condition::STALLED, reason::URL_FORBIDDEN)
+        );
+    }
+
     use super::*;
     use k8s_openapi::jiff::Timestamp;
 

@@ -105,15 +105,13 @@ pub fn status(
     now: Timestamp,
 ) -> WebhookReplayStatus {
     let old = replay.status.clone().unwrap_or_default();
-    let desired = [
-        check(replay, endpoint_exists, now),
-        Desired::new(
-            condition::COMPLETE,
-            false,
-            reason::NOT_IMPLEMENTED,
-            "replay delivery is not carried out yet by this version of Herald",
-        ),
-    ];
+    let mut desired = conditions::ready_with_kstatus(check(replay, endpoint_exists, now));
+    desired.push(Desired::new(
+        condition::COMPLETE,
+        false,
+        reason::NOT_IMPLEMENTED,
+        "replay delivery is not carried out yet by this version of Herald",
+    ));
     WebhookReplayStatus {
         conditions: conditions::merge(
             &old.conditions,

@@ -120,7 +120,12 @@ pub fn status(
     WebhookEndpointStatus {
         observed_generation: generation,
         shard: publication.config().map(|c| c.shard),
-        conditions: conditions::merge(&old.conditions, &[ready], generation, now),
+        conditions: conditions::merge(
+            &old.conditions,
+            &conditions::ready_with_kstatus(ready),
+            generation,
+            now,
+        ),
         ..Default::default()
     }
 }
@@ -133,7 +138,7 @@ pub fn owned(status: &WebhookEndpointStatus) -> WebhookEndpointStatus {
         conditions: status
             .conditions
             .iter()
-            .filter(|c| c.type_ == condition::READY)
+            .filter(|c| conditions::is_ready_or_kstatus(&c.type_))
             .cloned()
             .collect(),
         ..Default::default()

@@ -159,7 +159,7 @@ fn accepted(obj: &SigningSecret, keys: &Keys, status: &mut SigningSecretStatus, 
     let ready = Desired::new(condition::READY, true, reason::ACCEPTED, message);
     status.conditions = conditions::merge(
         &old.conditions,
-        &[ready],
+        &conditions::ready_with_kstatus(ready),
         obj.metadata.generation,
         &Time(now),
     );
@@ -176,7 +176,7 @@ fn invalid(obj: &SigningSecret, secret_name: &str, bad: &BadData, now: Timestamp
     let status = SigningSecretStatus {
         conditions: conditions::merge(
             &old.conditions,
-            &[ready],
+            &conditions::ready_with_kstatus(ready),
             obj.metadata.generation,
             &Time(now),
         ),
