@@ -440,14 +440,8 @@ async fn argo_cd_health_checks_read_what_the_operator_writes() {
     }
 
     let stop = start_operator_with(&ns, &["--allow-network", "127.0.0.0/8", "--allow-http"]);
-    let reconciled_objects = eventually("the operator to reconcile every object", WAIT, || {
-        let all = self::objects(&ns);
-        let done = all.len() == 6 && all.iter().all(reconciled);
-        async move { done.then_some(all) }
-    })
-    .await;
-    let _ = stop.send(());
-    // (name prefix, Argo CD health, kstatus as Flux's `wait` computes it)
+    // (name prefix, Argo CD health, kstatus as Flux's `wait` computes it), once settled:
+    // an endpoint passes through SecretNotReady until its SigningSecret has a key.
     let want = [
         ("SigningSecret/keys", "Healthy", "Current"),
         ("WebhookEndpoint/accepted", "Healthy", "Current"),
@@ -456,19 +450,43 @@ async fn argo_cd_health_checks_read_what_the_operator_writes() {
         ("WebhookEndpoint/forbidden", "Degraded", "Failed"),
         ("WebhookReplay/", "Degraded", "InProgress"),
     ];
-    for object in &reconciled_objects {
-        let kind = object["kind"].as_str().unwrap();
-        let (status, message) = gitops_verdict(&["argo-health", &script(kind)], object);
-        let (kstatus, why) = gitops_verdict(&["kstatus"], object);
-        let name = format!("{kind}/{}", object["metadata"]["name"].as_str().unwrap());
-        println!("{name}: Argo CD {status} ({message}); kstatus {kstatus} ({why})");
-        let (_, health, flux) = want
+    let verdicts = || {
+        let all = self::objects(&ns);
+        let verdicts: Vec<(String, String, String, String)> = all
             .iter()
-            .find(|(prefix, _, _)| name.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no expectation for {name}"));
-        assert_eq!(status, *health, "{name}: {message}");
-        assert!(!message.is_empty(), "{name}: a health without a message");
-        assert_eq!(kstatus, *flux, "{name}: {why}");
+            .filter(|o| reconciled(o))
+            .map(|object| {
+                let kind = object["kind"].as_str().unwrap();
+                let (status, message) = gitops_verdict(&["argo-health", &script(kind)], object);
+                let (kstatus, _) = gitops_verdict(&["kstatus"], object);
+                let name = format!("{kind}/{}", object["metadata"]["name"].as_str().unwrap());
+                (name, status, kstatus, message)
+            })
+            .collect();
+        verdicts
+    };
+    let settled = |verdicts: &[(String, String, String, String)]| {
+        verdicts.len() == want.len()
+            && verdicts.iter().all(|(name, status, kstatus, message)| {
+                !message.is_empty()
+                    && want.iter().any(|(prefix, health, flux)| {
+                        name.starts_with(prefix) && status == health && kstatus == flux
+                    })
+            })
+    };
+    let started = std::time::Instant::now();
+    let mut last = verdicts();
+    while !settled(&last) {
+        assert!(
+            started.elapsed() < WAIT,
+            "not the expected health after {WAIT:?}; last seen: {last:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        last = verdicts();
+    }
+    let _ = stop.send(());
+    for (name, status, kstatus, message) in &last {
+        println!("{name}: Argo CD {status} ({message}); kstatus {kstatus}");
     }
     // The kustomization merges exactly these scripts into Argo CD's `argocd-cm`.
     let out = env()

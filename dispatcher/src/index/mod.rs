@@ -366,11 +366,14 @@ pub async fn follow(
 ) -> Result<(), FollowError> {
     // Complete once the watch has delivered the bucket's last revision as of now (it
     // sends the latest entry of every key, in stream order).
-    let last = bucket
-        .status()
+    // Asked of the server now: `Store::status` answers from the handle's cached stream
+    // info (as of when the bucket was opened), which after a restart of this watch would
+    // be a stale target.
+    let mut stream = bucket.stream.clone();
+    let last = stream
+        .info()
         .await
         .map_err(|e| FollowError::Read(e.into()))?
-        .info
         .state
         .last_sequence;
     let mut watch = bucket.watch_with_history(">").await?;
