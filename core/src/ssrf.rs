@@ -38,6 +38,15 @@ pub enum AddressClass {
     Multicast,
     Broadcast,
     Reserved,
+    /// IPv4 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24; IPv6 2001:db8::/32, 3fff::/20.
+    Documentation,
+    /// IPv4 198.18.0.0/15, IPv6 2001:2::/48.
+    Benchmarking,
+    /// IPv6 that embeds or reaches an IPv4 address: IPv4-compatible `::a.b.c.d`, 6to4
+    /// `2002::/16`, Teredo `2001::/32`, NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`.
+    Ipv4Embedded,
+    /// IPv6 site-local `fec0::/10` (deprecated, still routed inside some networks).
+    SiteLocal,
 }
 
 impl fmt::Display for AddressClass {
@@ -53,6 +62,12 @@ impl fmt::Display for AddressClass {
             Self::Multicast => "a multicast address",
             Self::Broadcast => "the broadcast address",
             Self::Reserved => "a reserved address",
+            Self::Documentation => "a documentation-only address",
+            Self::Benchmarking => "a benchmarking-network address",
+            Self::Ipv4Embedded => {
+                "an IPv6 address that embeds or reaches an IPv4 one (IPv4-compatible, 6to4, Teredo or NAT64); use the IPv4 address itself"
+            }
+            Self::SiteLocal => "an IPv6 site-local address",
         })
     }
 }
@@ -110,15 +125,38 @@ fn classify_v4(ip: Ipv4Addr) -> Option<AddressClass> {
         AddressClass::Broadcast
     } else if ip.is_multicast() {
         AddressClass::Multicast
-    } else if a >= 240 || (a == 192 && b == 0 && ip.octets()[2] == 0) {
+    } else if in_v4(ip, [192, 0, 2, 0], 24)
+        || in_v4(ip, [198, 51, 100, 0], 24)
+        || in_v4(ip, [203, 0, 113, 0], 24)
+    {
+        AddressClass::Documentation
+    } else if in_v4(ip, [198, 18, 0, 0], 15) {
+        AddressClass::Benchmarking
+    } else if a >= 240
+        // IETF protocol assignments; the deprecated 6to4 relay anycast.
+        || in_v4(ip, [192, 0, 0, 0], 24)
+        || in_v4(ip, [192, 88, 99, 0], 24)
+    {
         AddressClass::Reserved
     } else {
         return None;
     })
 }
 
+/// Whether `ip` is in `net`/`len`.
+fn in_v4(ip: Ipv4Addr, net: [u8; 4], len: u32) -> bool {
+    let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+    u32::from(ip) & mask == u32::from(Ipv4Addr::from(net)) & mask
+}
+
+/// Whether `ip` is in `net`/`len`.
+fn in_v6(ip: Ipv6Addr, net: Ipv6Addr, len: u32) -> bool {
+    let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+    u128::from(ip) & mask == u128::from(net) & mask
+}
+
 fn classify_v6(ip: Ipv6Addr) -> Option<AddressClass> {
-    let first = ip.segments()[0];
+    let v6 = |text: &str| text.parse::<Ipv6Addr>().expect("a literal network");
     Some(if METADATA_V6.contains(&ip) {
         AddressClass::CloudMetadata
     } else if ip.is_unspecified() {
@@ -129,10 +167,27 @@ fn classify_v6(ip: Ipv6Addr) -> Option<AddressClass> {
         AddressClass::UniqueLocal
     } else if ip.is_unicast_link_local() {
         AddressClass::LinkLocal
+    } else if in_v6(ip, v6("fec0::"), 10) {
+        AddressClass::SiteLocal
     } else if ip.is_multicast() {
         AddressClass::Multicast
-    } else if first == 0x64 && ip.segments()[1] == 0xff9b {
-        // NAT64 could reach any IPv4 address, private ones included.
+    } else if in_v6(ip, Ipv6Addr::UNSPECIFIED, 96)
+        || in_v6(ip, v6("2002::"), 16)
+        || in_v6(ip, v6("2001::"), 32)
+        || in_v6(ip, v6("64:ff9b::"), 96)
+        || in_v6(ip, v6("64:ff9b:1::"), 48)
+    {
+        // Each can reach an IPv4 address, private ones included.
+        AddressClass::Ipv4Embedded
+    } else if in_v6(ip, v6("2001:db8::"), 32) || in_v6(ip, v6("3fff::"), 20) {
+        AddressClass::Documentation
+    } else if in_v6(ip, v6("2001:2::"), 48) {
+        AddressClass::Benchmarking
+    } else if in_v6(ip, v6("2001::"), 23) // IETF protocol assignments
+        || in_v6(ip, v6("100::"), 64) // discard-only
+        || in_v6(ip, v6("5f00::"), 16)
+    // SRv6 segment identifiers
+    {
         AddressClass::Reserved
     } else {
         return None;
@@ -223,9 +278,71 @@ mod tests {
             Some(AddressClass::CloudMetadata)
         );
         assert_eq!(refused(&p, "::ffff:10.1.2.3"), Some(AddressClass::Private));
-        assert_eq!(refused(&p, "64:ff9b::a00:1"), Some(AddressClass::Reserved));
+        assert_eq!(
+            refused(&p, "64:ff9b::a00:1"),
+            Some(AddressClass::Ipv4Embedded)
+        );
         assert_eq!(refused(&p, "93.184.216.34"), None);
         assert_eq!(refused(&p, "2606:2800:220:1::1"), None);
+    }
+
+    /// The special-purpose ranges of the IANA registries that are not globally
+    /// reachable, and the IPv6 forms that reach an IPv4 address.
+    #[test]
+    fn refuses_every_special_purpose_range() {
+        let p = AddressPolicy::default();
+        for (ip, class) in [
+            ("::10.0.0.1", AddressClass::Ipv4Embedded), // IPv4-compatible
+            ("::8.8.8.8", AddressClass::Ipv4Embedded),
+            ("2002:a00:1::1", AddressClass::Ipv4Embedded), // 6to4 of 10.0.0.1
+            (
+                "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+                AddressClass::Ipv4Embedded,
+            ), // Teredo
+            ("64:ff9b:1::a00:1", AddressClass::Ipv4Embedded), // local-use NAT64
+            ("fec0::1", AddressClass::SiteLocal),
+            ("feff::1", AddressClass::SiteLocal),
+            ("198.18.0.1", AddressClass::Benchmarking),
+            ("198.19.255.254", AddressClass::Benchmarking),
+            ("2001:2::1", AddressClass::Benchmarking),
+            ("192.0.2.10", AddressClass::Documentation),
+            ("198.51.100.7", AddressClass::Documentation),
+            ("203.0.113.99", AddressClass::Documentation),
+            ("2001:db8::1", AddressClass::Documentation),
+            ("3fff::1", AddressClass::Documentation),
+            ("192.0.0.9", AddressClass::Reserved),
+            ("192.88.99.1", AddressClass::Reserved),
+            ("100::1", AddressClass::Reserved),
+            ("2001:10::1", AddressClass::Reserved), // ORCHID, in 2001::/23
+            ("5f00::1", AddressClass::Reserved),
+            ("fc00::1", AddressClass::UniqueLocal),
+            ("ff02::1", AddressClass::Multicast),
+            ("224.0.0.1", AddressClass::Multicast),
+        ] {
+            assert_eq!(refused(&p, ip), Some(class), "{ip}");
+        }
+        // Neighbours of those ranges stay allowed.
+        for ip in [
+            "198.17.255.255",
+            "198.20.0.0",
+            "192.0.3.1",
+            "2003::1",
+            "2001:200::1",
+            "fe00::1",
+        ] {
+            assert_eq!(refused(&p, ip), None, "{ip}");
+        }
+        // The IPv4-compatible address of an allowlisted network is still refused: it is
+        // not the address the platform allowed.
+        let allow = AddressPolicy {
+            allow: vec!["10.0.0.0/8".parse().unwrap()],
+            allow_http: false,
+        };
+        assert_eq!(refused(&allow, "10.0.0.1"), None);
+        assert_eq!(
+            refused(&allow, "::10.0.0.1"),
+            Some(AddressClass::Ipv4Embedded)
+        );
     }
 
     #[test]
