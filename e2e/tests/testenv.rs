@@ -195,7 +195,35 @@ async fn invalid_endpoints_are_refused_naming_the_field() {
             json!({"headers": [{"name": "Webhook-Id", "value": "x"}]}),
             &["spec.headers[0].name", "may not override"],
         ),
+        (
+            json!({"headers": [{"name": "Host", "value": "internal"}]}),
+            &["spec.headers[0].name", "may not override"],
+        ),
+        (
+            json!({"headers": [{"name": "X-Tenant", "value": "a\r\nX-Injected: 1"}]}),
+            &["spec.headers[0].value", "control characters"],
+        ),
+        (
+            json!({"headers": [{"name": "X-Tenant", "value": "a\u{0}b"}]}),
+            &["spec.headers[0].value", "control characters"],
+        ),
+        (
+            json!({"headers": [{"name": "X Tenant", "value": "a"}]}),
+            &["spec.headers[0].name"],
+        ),
     ];
+    // A tab is the one control character a header value may hold.
+    let tab = endpoint(json!({"headers": [{"name": "X-Tenant", "value": "a\tb"}]}));
+    let ar = ApiResource::erase::<WebhookEndpoint>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &ar);
+    let mut accepted = tab;
+    accepted["metadata"] = json!({"name": unique_name("tab")});
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(accepted).unwrap(),
+    )
+    .await
+    .expect("a header value with a tab is valid");
     for (spec, expected) in cases {
         let message = refused::<WebhookEndpoint>(&ctx, endpoint(spec.clone())).await;
         for needle in expected {

@@ -110,13 +110,18 @@ pub struct WebhookEndpointSpec {
         "rule": "!(self.name.lowerAscii() in ['content-type', 'content-length', 'host', 'user-agent', 'transfer-encoding', 'connection']) && !self.name.lowerAscii().startsWith('webhook-')",
         "message": "headers may not override content-type, content-length, host, user-agent, transfer-encoding, connection or any webhook-* header; Herald sets those",
         "fieldPath": ".name"
+    },
+    {
+        "rule": "!self.value.matches('[\\x00-\\x08\\x0a-\\x1f\\x7f]')",
+        "message": "header values may not contain control characters (CR, LF, NUL...): they would split or corrupt the request; tab is the only one allowed",
+        "fieldPath": ".value"
     }
 ]))]
 pub struct Header {
     /// Header name, an HTTP token such as `X-Tenant`.
     #[schemars(extend("minLength" = 1, "maxLength" = 128, "pattern" = "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"))]
     pub name: String,
-    /// Header value.
+    /// Header value: printable text (a tab is allowed, no other control character).
     #[schemars(extend("maxLength" = 4096))]
     pub value: String,
 }
