@@ -90,16 +90,17 @@ pub async fn send(
     let fail = |outcome: Outcome, snippet: String| {
         AttemptResult::failed(outcome, started.elapsed(), snippet)
     };
-    let url = match url::Url::parse(attempt.url) {
+    // The operator validated the URL; it is checked again against this dispatcher's own
+    // policy (scheme, credentials, an IP-literal host, which never reaches the resolver's
+    // check), so a configuration written by anything else cannot send where the platform
+    // does not allow.
+    let url = match policy.check_url(attempt.url) {
         Ok(url) => url,
-        Err(error) => return fail(Outcome::RequestError, format!("invalid url: {error}")),
+        Err(Forbidden::BadUrl(error)) => {
+            return fail(Outcome::RequestError, format!("invalid url: {error}"));
+        }
+        Err(forbidden) => return fail(Outcome::AddressForbidden, forbidden.to_string()),
     };
-    // IP literals never reach the resolver, so they are checked here.
-    if let Some(host) = url.host()
-        && let Err(forbidden) = policy.check_host(host)
-    {
-        return fail(Outcome::AddressForbidden, forbidden.to_string());
-    }
     let now = jiff::Timestamp::now().as_second();
     let signature = signing::sign(attempt.keys, attempt.event_id, now, &attempt.body);
     let mut request = client
@@ -180,4 +181,45 @@ fn error_chain(outcome: Outcome, e: &reqwest::Error) -> String {
     }
     text.truncate(SNIPPET_BYTES);
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refused before any connection: the policy is checked on the URL itself.
+    #[tokio::test]
+    async fn a_url_the_policy_refuses_is_not_sent() {
+        crate::install_crypto_provider();
+        let policy = Arc::new(AddressPolicy::default());
+        let http = client(policy.clone()).expect("a client");
+        let keys = [SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()];
+        for (url, outcome, says) in [
+            (
+                "http://hooks.example.com/",
+                Outcome::AddressForbidden,
+                "scheme",
+            ),
+            (
+                "https://user:pw@hooks.example.com/",
+                Outcome::AddressForbidden,
+                "credentials",
+            ),
+            ("https://10.0.0.1/", Outcome::AddressForbidden, "private"),
+            ("https://[::a00:1]/", Outcome::AddressForbidden, "IPv4"),
+            ("not a url", Outcome::RequestError, "invalid url"),
+        ] {
+            let attempt = Attempt {
+                url,
+                event_id: "msg_1",
+                body: Bytes::from_static(b"{}"),
+                keys: &keys,
+                headers: &[],
+                timeout: Duration::from_secs(1),
+            };
+            let result = send(&http, &policy, attempt).await;
+            assert_eq!(result.outcome, outcome, "{url}");
+            assert!(result.snippet.contains(says), "{url}: {}", result.snippet);
+        }
+    }
 }
