@@ -391,6 +391,14 @@ impl TestContext {
     }
 }
 
+/// A free port on 127.0.0.1 (bound, then released for a process to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 /// A DNS-1123 name unique across parallel tests and processes.
 pub fn unique_name(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -658,10 +658,7 @@ async fn operator_with_the_charts_rbac_reconciles() {
         &format!("system:serviceaccount:{ns}:{}", release.operator()),
         &kubeconfig,
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = herald_e2e::free_port();
     let lease_name = format!("{}-leader", release.operator());
     // The flags the chart's Deployment sets through the environment.
     let args = [

@@ -98,7 +98,7 @@ impl Pod {
         };
         let command = strings(&container["command"]).unwrap_or(entrypoint);
         let args = strings(&container["args"]).unwrap_or(cmd);
-        let port = free_port();
+        let port = herald_e2e::free_port();
         let container_port = container["ports"][0]["containerPort"]
             .as_u64()
             .unwrap_or(8080);
@@ -230,13 +230,6 @@ fn base64_decode(text: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
         .decode(text)
         .expect("a Secret's data is base64")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// A kubeconfig for the test API server holding a token of `service_account`.

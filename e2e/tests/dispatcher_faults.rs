@@ -277,14 +277,6 @@ async fn disabled_state_and_scheduled_backlog_survive_a_kill_9() {
     stop(second).await;
 }
 
-/// A free port on 127.0.0.1 (bound, then released for a child process to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// `/readyz` of a dispatcher: `Some((ready, body))` once it answers.
 async fn readyz(http: &reqwest::Client, port: u16) -> Option<(bool, String)> {
     let response = http
@@ -326,7 +318,7 @@ async fn a_shard_that_cannot_run_gives_its_lease_up_and_recovers() {
         .await;
     herald_dispatcher::install_crypto_provider();
     let http = reqwest::Client::new();
-    let port = free_port();
+    let port = herald_e2e::free_port();
     let child = spawn_dispatcher_on("shardfail", &format!("127.0.0.1:{port}"));
     let within = Duration::from_secs(60);
     eventually("the dispatcher ready", within, || async {
