@@ -7,7 +7,7 @@ TESTENV_DIR ?= $(CURDIR)/.testenv
 .PHONY: help test demo crds e2e-tools testenv-up testenv-down fmt lint bench
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 test: ## Run every check and test (fmt, clippy, CRD drift, unit and e2e tests)
 	scripts/test.sh
@@ -22,7 +22,19 @@ demo-down: ## Stop what `make demo` started (operator, dispatcher, receiver, tes
 crds: ## Regenerate crds/ and the chart's CRD templates from the Rust types
 	cargo run -q -p herald-operator -- crd --out crds --chart-out charts/herald/templates/crds
 
-e2e-tools: ## Build testenv, helm (and kubectl when missing) into $(HERALD_BIN_DIR)
+# The same flags as e2e/tests/chart.rs `readme_is_generated_from_values`, which fails when the
+# committed README differs from what this writes. helm-docs exits 0 on errors (it only logs a
+# warning and skips the chart), so anything it logs at warning level fails the target.
+HELM_DOCS_FLAGS := --chart-search-root charts/herald --sort-values-order file --log-level warning
+
+.PHONY: chart-docs
+chart-docs: ## Regenerate charts/herald/README.md from README.md.gotmpl and the values.yaml comments (helm-docs)
+	scripts/build-e2e.sh helm-docs
+	@log="$$($(HERALD_BIN_DIR)/helm-docs $(HELM_DOCS_FLAGS) 2>&1)"; \
+		if [ -n "$$log" ]; then echo "$$log" >&2; exit 1; fi
+	@echo "chart-docs: wrote charts/herald/README.md"
+
+e2e-tools: ## Build testenv, helm, helm-docs (and kubectl when missing) into $(HERALD_BIN_DIR)
 	scripts/build-e2e.sh
 
 testenv-up: e2e-tools ## Start the test environment in $(TESTENV_DIR) (KUBECONFIG=$(TESTENV_DIR)/kubeconfig)

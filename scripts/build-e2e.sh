@@ -3,16 +3,25 @@
 # (outside the repo):
 #   testenv  - e2e/testenv: etcd + kube-apiserver + kube-controller-manager + NATS JetStream
 #   helm     - Helm CLI, from its Go module (pinned below)
+#   helm-docs - generates charts/herald/README.md (`make chart-docs`), pinned below
+#   crane    - OCI registry client and loopback registry (e2e/tests/image.rs), pinned below
+#   ocibuild - scripts/ocibuild: assembles the OCI images (scripts/image.sh, `make image`)
 #   kubectl  - only if none is on PATH; built from the pinned Kubernetes module
 # Needs only Go; every dependency comes from the Go module proxy. Cheap when
 # nothing changed: each step is skipped when its binary is up to date.
+# With arguments, builds only the tools named (e.g. `scripts/build-e2e.sh helm-docs`).
 set -euo pipefail
 
 HELM_VERSION=v3.22.0
+HELM_DOCS_VERSION=v1.14.2
+CRANE_VERSION=v0.22.1
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${HERALD_BIN_DIR:-$HOME/.cache/herald/bin}"
 mkdir -p "$bin"
+
+only=" $* "
+want() { [ "$only" = "  " ] || [[ "$only" == *" $1 "* ]]; }
 
 go=go
 if ! command -v go >/dev/null 2>&1; then
@@ -39,7 +48,8 @@ k8s_ldflags() {
 	done
 	echo "$flags"
 }
-if [ -x "$bin/testenv" ] && [ -z "$(find "$testenv_src" "$repo/scripts/build-e2e.sh" -type f -newer "$bin/testenv" -print -quit)" ]; then
+if ! want testenv; then :
+elif [ -x "$bin/testenv" ] && [ -z "$(find "$testenv_src" "$repo/scripts/build-e2e.sh" -type f -newer "$bin/testenv" -print -quit)" ]; then
 	echo "build-e2e: testenv is up to date ($bin/testenv)"
 else
 	echo "build-e2e: building testenv (first build compiles Kubernetes: several minutes) ..."
@@ -49,7 +59,8 @@ else
 	echo "build-e2e: built $bin/testenv in $(($(date +%s) - start))s"
 fi
 
-if [ -x "$bin/helm" ] && [ "$("$bin/helm" version --template '{{.Version}}' 2>/dev/null)" = "$HELM_VERSION" ]; then
+if ! want helm; then :
+elif [ -x "$bin/helm" ] && [ "$("$bin/helm" version --template '{{.Version}}' 2>/dev/null)" = "$HELM_VERSION" ]; then
 	echo "build-e2e: helm $HELM_VERSION is up to date ($bin/helm)"
 else
 	echo "build-e2e: building helm $HELM_VERSION ..."
@@ -68,7 +79,41 @@ else
 	echo "build-e2e: built $bin/helm in $(($(date +%s) - start))s"
 fi
 
-if command -v kubectl >/dev/null 2>&1; then
+# `helm-docs --version` says "helm-docs version 1.14.2" only when stamped (as its
+# release builds are); unstamped it has no --version flag at all.
+if ! want helm-docs; then :
+elif [ -x "$bin/helm-docs" ] && [ "$("$bin/helm-docs" --version 2>/dev/null)" = "helm-docs version ${HELM_DOCS_VERSION#v}" ]; then
+	echo "build-e2e: helm-docs $HELM_DOCS_VERSION is up to date ($bin/helm-docs)"
+else
+	echo "build-e2e: building helm-docs $HELM_DOCS_VERSION ..."
+	start=$(date +%s)
+	GOBIN="$bin" "$go" install -ldflags "-X main.version=${HELM_DOCS_VERSION#v}" \
+		"github.com/norwoodj/helm-docs/cmd/helm-docs@$HELM_DOCS_VERSION"
+	echo "build-e2e: built $bin/helm-docs in $(($(date +%s) - start))s"
+fi
+
+if ! want crane; then :
+elif [ -x "$bin/crane" ] && [ "$("$bin/crane" version 2>/dev/null)" = "$CRANE_VERSION" ]; then
+	echo "build-e2e: crane $CRANE_VERSION is up to date ($bin/crane)"
+else
+	echo "build-e2e: building crane $CRANE_VERSION ..."
+	start=$(date +%s)
+	GOBIN="$bin" "$go" install "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION"
+	echo "build-e2e: built $bin/crane in $(($(date +%s) - start))s"
+fi
+
+ocibuild_src="$repo/scripts/ocibuild"
+if ! want ocibuild; then :
+elif [ -x "$bin/ocibuild" ] && [ -z "$(find "$ocibuild_src" -type f -newer "$bin/ocibuild" -print -quit)" ]; then
+	echo "build-e2e: ocibuild is up to date ($bin/ocibuild)"
+else
+	echo "build-e2e: building ocibuild ..."
+	(cd "$ocibuild_src" && "$go" build -o "$bin/ocibuild.tmp" .)
+	mv "$bin/ocibuild.tmp" "$bin/ocibuild"
+fi
+
+if ! want kubectl; then :
+elif command -v kubectl >/dev/null 2>&1; then
 	echo "build-e2e: using kubectl from PATH ($(command -v kubectl))"
 elif [ -x "$bin/kubectl" ] && [ -z "$(find "$testenv_src/go.mod" -newer "$bin/kubectl" -print -quit)" ]; then
 	echo "build-e2e: kubectl is up to date ($bin/kubectl); add $bin to PATH"

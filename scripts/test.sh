@@ -13,7 +13,7 @@ cargo fmt --all --check
 unformatted="$(gofmt -l e2e/testenv)"
 [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
 
-step "e2e tools (testenv, helm, kubectl)"
+step "e2e tools (testenv, helm, helm-docs, kubectl)"
 scripts/build-e2e.sh
 
 step "Python receiver dependency (examples/receivers/python)"
