@@ -14,23 +14,33 @@ pub fn chart_dir() -> PathBuf {
     repo_root().join("charts/herald")
 }
 
-/// The Helm CLI `scripts/build-e2e.sh` built, pointed at the test environment.
-pub fn helm() -> Command {
+/// A tool `scripts/build-e2e.sh` built into `HERALD_BIN_DIR`; panics when it is missing.
+fn built_tool(name: &str) -> PathBuf {
     let bin_dir = std::env::var_os("HERALD_BIN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
                 .join(".cache/herald/bin")
         });
-    let helm = bin_dir.join("helm");
+    let tool = bin_dir.join(name);
     assert!(
-        helm.exists(),
+        tool.exists(),
         "{} is missing: run scripts/build-e2e.sh first",
-        helm.display()
+        tool.display()
     );
-    let mut cmd = Command::new(helm);
+    tool
+}
+
+/// The Helm CLI `scripts/build-e2e.sh` built, pointed at the test environment.
+pub fn helm() -> Command {
+    let mut cmd = Command::new(built_tool("helm"));
     cmd.env("KUBECONFIG", env().kubeconfig());
     cmd
+}
+
+/// helm-docs as `scripts/build-e2e.sh` built it; needs no test environment.
+pub fn helm_docs() -> Command {
+    Command::new(built_tool("helm-docs"))
 }
 
 /// Runs `cmd`, feeding it `stdin`, and returns what it did.
