@@ -5,11 +5,17 @@
 #   docker build --target operator   -t ghcr.io/herald-dev/herald-operator:0.1.0 .
 #   docker build --target dispatcher -t ghcr.io/herald-dev/herald-dispatcher:0.1.0 .
 #
-# The development machine has no Docker engine, so this file is not built by the
-# project's tests; it is kept deliberately plain. The runtime is distroless `cc`
-# (glibc, CA certificates, tzdata, no shell, uid/gid 65532 "nonroot"), ~25 MB: the
-# binaries link nothing but glibc (TLS is rustls with ring). A fully static musl build
-# would save a few MB but musl's allocator costs throughput under the dispatcher's load.
+# The same two images are built without Docker by `make image` (scripts/image.sh):
+# the binaries, exactly the libraries they link (glibc, libgcc_s: what distroless `cc`
+# holds), passwd/group with "nonroot" 65532, nsswitch.conf and the CA bundle,
+# assembled reproducibly. That is what the project's tests build and run
+# (e2e/tests/image.rs), and they fail when its USER, EXPOSE, ENTRYPOINT or CMD differ
+# from the stages below: change both together. This file is kept for people with
+# Docker and deliberately plain. The runtime is distroless `cc` (glibc, CA
+# certificates, tzdata, no shell, uid/gid 65532 "nonroot"), ~25 MB: the binaries link
+# nothing but glibc (TLS is rustls with ring; the roots come from the CA bundle). A
+# fully static musl build would save a few MB but musl's allocator costs throughput
+# under the dispatcher's load.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src

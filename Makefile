@@ -34,6 +34,10 @@ chart-docs: ## Regenerate charts/herald/README.md from README.md.gotmpl and the 
 		if [ -n "$$log" ]; then echo "$$log" >&2; exit 1; fi
 	@echo "chart-docs: wrote charts/herald/README.md"
 
+.PHONY: image
+image: ## Build the operator and dispatcher OCI images without Docker (release) into $(CARGO_TARGET_DIR)/images; REGISTRY=host[/path] pushes them
+	scripts/image.sh $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(TAG),--tag $(TAG))
+
 e2e-tools: ## Build testenv, helm, helm-docs (and kubectl when missing) into $(HERALD_BIN_DIR)
 	scripts/build-e2e.sh
 
@@ -45,7 +49,7 @@ testenv-down: ## Stop the test environment started by testenv-up
 
 fmt: ## Format Rust and Go code
 	cargo fmt --all
-	gofmt -w e2e/testenv
+	gofmt -w e2e/testenv scripts/ocibuild
 
 lint: ## Clippy with warnings as errors
 	cargo clippy --workspace --all-targets -- -D warnings

@@ -10,10 +10,10 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "format"
 cargo fmt --all --check
-unformatted="$(gofmt -l e2e/testenv)"
+unformatted="$(gofmt -l e2e/testenv scripts/ocibuild)"
 [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
 
-step "e2e tools (testenv, helm, helm-docs, kubectl)"
+step "e2e tools (testenv, helm, helm-docs, crane, ocibuild, kubectl)"
 scripts/build-e2e.sh
 
 step "Python receiver dependency (examples/receivers/python)"
@@ -28,6 +28,7 @@ fi
 step "lint"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 (cd e2e/testenv && go vet ./...)
+(cd scripts/ocibuild && go vet ./...)
 
 step "build tests"
 # The binaries too: e2e/tests/chart_pods.rs starts the real herald-operator and
