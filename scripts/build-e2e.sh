@@ -4,6 +4,7 @@
 #   testenv  - e2e/testenv: etcd + kube-apiserver + kube-controller-manager + NATS JetStream
 #   helm     - Helm CLI, from its Go module (pinned below)
 #   helm-docs - generates charts/herald/README.md (`make chart-docs`), pinned below
+#   promtool - Prometheus's rule checker and tester (charts/herald/tests), pinned below
 #   crane    - OCI registry client and loopback registry (e2e/tests/image.rs), pinned below
 #   ocibuild - scripts/ocibuild: assembles the OCI images (scripts/image.sh, `make image`)
 #   kubectl  - only if none is on PATH; built from the pinned Kubernetes module
@@ -15,6 +16,9 @@ set -euo pipefail
 HELM_VERSION=v3.22.0
 HELM_DOCS_VERSION=v1.14.2
 CRANE_VERSION=v0.22.1
+# Prometheus 3.x is published as Go module v0.3MM.P (3.16.0 = v0.316.0).
+PROMETHEUS_VERSION=3.16.0
+PROMETHEUS_MODULE_VERSION=v0.316.0
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${HERALD_BIN_DIR:-$HOME/.cache/herald/bin}"
@@ -90,6 +94,19 @@ else
 	GOBIN="$bin" "$go" install -ldflags "-X main.version=${HELM_DOCS_VERSION#v}" \
 		"github.com/norwoodj/helm-docs/cmd/helm-docs@$HELM_DOCS_VERSION"
 	echo "build-e2e: built $bin/helm-docs in $(($(date +%s) - start))s"
+fi
+
+# promtool links most of Prometheus: the first build takes minutes, so it is skipped
+# when the binary reports the pinned version (stamped, as release builds are).
+if ! want promtool; then :
+elif [ -x "$bin/promtool" ] && [[ "$("$bin/promtool" --version 2>/dev/null)" == "promtool, version $PROMETHEUS_VERSION "* ]]; then
+	echo "build-e2e: promtool $PROMETHEUS_VERSION is up to date ($bin/promtool)"
+else
+	echo "build-e2e: building promtool $PROMETHEUS_VERSION (a few minutes the first time) ..."
+	start=$(date +%s)
+	GOBIN="$bin" "$go" install -ldflags "-X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION" \
+		"github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION"
+	echo "build-e2e: built $bin/promtool in $(($(date +%s) - start))s"
 fi
 
 if ! want crane; then :

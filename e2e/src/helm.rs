@@ -15,7 +15,7 @@ pub fn chart_dir() -> PathBuf {
 }
 
 /// A tool `scripts/build-e2e.sh` built into `HERALD_BIN_DIR`; panics when it is missing.
-fn built_tool(name: &str) -> PathBuf {
+pub fn built_tool(name: &str) -> PathBuf {
     let bin_dir = std::env::var_os("HERALD_BIN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
