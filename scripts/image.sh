@@ -25,6 +25,12 @@
 # file 0:0 with mtime SOURCE_DATE_EPOCH, default 0; see scripts/ocibuild). The libraries
 # and the CA bundle come from the build machine (CA_BUNDLE=... overrides the bundle):
 # build on Debian 12 for the images distroless cc-debian12 would give.
+#
+# Why dynamic binaries and their libraries rather than static ones: a static glibc build
+# (`-C target-feature=+crt-static`) does resolve names from /etc/hosts and DNS (glibc
+# 2.34+ has those NSS modules built in), but needs `--target` and a second full release
+# build, and would ship binaries other than the ones the tests run. This way the image is
+# the binary the rest of the project tests, plus what it links, like distroless cc.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
