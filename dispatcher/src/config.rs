@@ -10,7 +10,7 @@ use herald_core::flags::{AddressPolicyArgs, NatsArgs};
 
 /// Herald's dispatcher: delivers events from NATS JetStream to webhook endpoints.
 #[derive(Parser, Debug, Clone)]
-#[command(version, about)]
+#[command(version, about, args_override_self = true)]
 pub struct Config {
     #[command(flatten)]
     pub nats: NatsArgs,

@@ -273,10 +273,6 @@ pub async fn run(
         leases.balance(&members, shards).await;
         readiness.set(PART, !leases.failing());
         shared.metrics.owned_shards.set(leases.held.len() as i64);
-        shared
-            .metrics
-            .endpoints
-            .set(shared.index.endpoint_count() as i64);
     }
     let _ = tokio::time::timeout(CALL_TIMEOUT, kv.delete(format!("member.{id}"))).await;
     shared.metrics.owned_shards.set(0);

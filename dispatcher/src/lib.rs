@@ -81,7 +81,8 @@ pub async fn run_with_index(
         listen,
         json_logs: _,
     } = config;
-    let metrics = Arc::new(metrics::Metrics::default());
+    let metrics = Arc::new(metrics::Metrics::new(index.clone()));
+    metrics.shards.set(i64::from(shards));
     let readiness = Readiness::new(&[index::PART, fanout::PART, lease::PART]);
     let server = server::serve(listen, metrics.clone(), readiness.clone())
         .await

@@ -347,6 +347,11 @@ impl EndpointState {
         });
     }
 
+    /// Deliveries waiting for a scheduled retry (in JetStream's schedule, not in a lane).
+    pub fn scheduled(&self) -> u64 {
+        self.scheduled
+    }
+
     pub fn pending(&self) -> u64 {
         self.lanes.pending()
     }

@@ -49,6 +49,8 @@ pub const PART: &str = "fanout";
 const GROUP: &str = "herald";
 /// Events fanned out but not yet acked (their lane publishes are in flight).
 const PIPELINE: usize = 4096;
+/// How often the fan-out lag gauge is refreshed from the consumer's state.
+const LAG_INTERVAL: Duration = Duration::from_secs(5);
 
 pub struct FanOut {
     pub js: jetstream::Context,
@@ -108,6 +110,10 @@ impl FanOut {
         readiness.set(PART, true);
         let (tx, rx) = mpsc::channel::<Pending>(PIPELINE);
         let acker = tokio::spawn(ack::ack_in_order(rx, self.metrics.clone()));
+        let lag = AbortOnDrop(tokio::spawn(report_lag(
+            consumer.clone(),
+            self.metrics.clone(),
+        )));
         // The sequence the next new message should have: a message beyond it means the
         // ones between were handed to a pull of ours that never arrived.
         let mut expected: Option<u64> = None;
@@ -144,6 +150,7 @@ impl FanOut {
         };
         drop(tx);
         let _ = acker.await;
+        drop(lag);
         result
     }
 
@@ -328,4 +335,30 @@ pub fn ordering_key_hash(value: Option<&serde_json::Value>) -> u64 {
         Some(other) => other.to_string(),
     };
     dataplane::fnv1a(text.bytes())
+}
+
+/// Fan-out lag, from the shared consumer's state every few seconds: events stored but
+/// not yet fanned out (not delivered to a worker, or delivered and not acknowledged).
+async fn report_lag(consumer: consumer::Consumer<pull::Config>, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(LAG_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match consumer.get_info().await {
+            Ok(info) => {
+                let pending = info.num_pending + info.num_ack_pending as u64;
+                metrics.fanout_pending.set(pending as i64);
+            }
+            Err(error) => tracing::debug!(%error, "fan-out consumer info"),
+        }
+    }
+}
+
+/// Aborts a helper task when its owner returns, however it returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -23,7 +23,7 @@ use herald_core::signing::SigningKey;
 use super::{Runtime, Shared, now_ms};
 use crate::attempt::{self, AttemptResult, Decision, Facts, Fate};
 use crate::endpoint::{Item, Readiness};
-use crate::metrics::OutcomeLabel;
+use crate::metrics::{AttemptLabel, NamespaceLabel, ResultLabel};
 use crate::{http, index};
 
 /// A retry is never scheduled closer than this to the end of the retention window.
@@ -90,6 +90,14 @@ impl Runtime {
             keys,
             failing_since_ms: state.failing_since_ms(),
         };
+        if item.attempt == 1 {
+            let waited_ms = now_ms().saturating_sub(item.published_ms);
+            self.shared
+                .metrics
+                .first_attempt_latency
+                .get_or_create(&NamespaceLabel::new(key.namespace()))
+                .observe(waited_ms as f64 / 1e3);
+        }
         let fallback = (key.clone(), item.clone());
         self.attempts.spawn(async move {
             AssertUnwindSafe(task.run(item))
@@ -106,21 +114,7 @@ impl Runtime {
             result,
             decision,
         } = completion;
-        let metrics = &self.shared.metrics;
-        metrics
-            .attempts
-            .get_or_create(&OutcomeLabel {
-                shard: self.shard,
-                outcome: result.outcome.as_str(),
-            })
-            .inc();
-        metrics
-            .attempt_latency
-            .get_or_create(&self.label)
-            .observe(result.latency.as_secs_f64());
-        if matches!(decision.fate, Fate::Dead(_)) {
-            metrics.dead_deliveries.get_or_create(&self.label).inc();
-        }
+        self.count(&key, &item, &result, &decision);
         let lane = item.lane;
         // The endpoint was deleted while the attempt ran: nothing to record.
         let Some(state) = self.endpoints.get_mut(&key) else {
@@ -147,6 +141,32 @@ impl Runtime {
         self.maybe_purge(&key, lane);
         self.maybe_refill(&key, lane);
         self.mark_ready(&key);
+    }
+}
+
+impl Runtime {
+    fn count(&self, key: &EndpointKey, item: &Item, result: &AttemptResult, decision: &Decision) {
+        let metrics = &self.shared.metrics;
+        let namespace = key.namespace();
+        let label = AttemptLabel::new(namespace, result.outcome, result.status);
+        metrics.attempts.get_or_create(&label).inc();
+        metrics
+            .attempt_duration
+            .get_or_create(&NamespaceLabel::new(namespace))
+            .observe(result.latency.as_secs_f64());
+        let ended = match decision.fate {
+            Fate::Done => "delivered",
+            Fate::Dead(_) => {
+                let label = NamespaceLabel::new(namespace);
+                metrics.dead_deliveries.get_or_create(&label).inc();
+                "dead"
+            }
+            Fate::Retry { .. } => return,
+        };
+        metrics
+            .delivery_attempts
+            .get_or_create(&ResultLabel { result: ended })
+            .observe(f64::from(item.attempt));
     }
 }
 

@@ -9,6 +9,7 @@ use herald_core::v1alpha1::CircuitState;
 
 use super::{Runtime, Shared, now_ms};
 use crate::endpoint::lanes::EARLY_PURGE_GAP;
+use crate::metrics::ShardPending;
 
 /// Deletes a lane's messages below `below` (done work) in the background.
 fn purge(shared: &Shared, shard: u32, key: &EndpointKey, lane: Lane, below: u64) {
@@ -25,7 +26,8 @@ impl Runtime {
     pub(super) fn housekeeping(&mut self) {
         let now = Instant::now();
         let ms = now_ms();
-        let (mut open, mut disabled, mut oldest) = (0, 0, None::<u64>);
+        let (mut open, mut disabled) = (0, 0);
+        let mut pending = ShardPending::default();
         let mut gone = Vec::new();
         for (key, state) in &mut self.endpoints {
             for lane in [Lane::New, Lane::Retry] {
@@ -41,8 +43,16 @@ impl Runtime {
                 }
                 continue;
             };
-            if let Some(o) = health.oldest_pending_ms {
-                oldest = Some(oldest.map_or(o, |x| x.min(o)));
+            let backlog = health.backlog.unwrap_or_default();
+            if backlog > 0 {
+                let tenant = pending.tenants.entry(key.namespace().to_owned());
+                let scheduled = state.scheduled();
+                tenant
+                    .or_default()
+                    .add(backlog, scheduled, health.oldest_pending_ms);
+                if let Some(oldest) = health.oldest_pending_ms {
+                    pending.consider(key, oldest);
+                }
             }
             if self
                 .reports
@@ -68,10 +78,7 @@ impl Runtime {
             .disabled_endpoints
             .get_or_create(&self.label)
             .set(disabled);
-        metrics
-            .oldest_pending_seconds
-            .get_or_create(&self.label)
-            .set(oldest.map_or(0, |o| (ms.saturating_sub(o) / 1000) as i64));
+        metrics.pending.set(self.shard, pending);
     }
 
     /// Purges a busy lane early, so a crash redelivers little of it.
@@ -133,5 +140,20 @@ impl Runtime {
             }
         }
         tracing::info!(shard = self.shard, "shard stopped");
+    }
+}
+
+/// However a shard ends, its numbers leave with it: the next owner reports them.
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let metrics = &self.shared.metrics;
+        metrics.pending.remove(self.shard);
+        for gauge in [
+            &metrics.in_flight,
+            &metrics.open_circuits,
+            &metrics.disabled_endpoints,
+        ] {
+            gauge.remove(&self.label);
+        }
     }
 }
