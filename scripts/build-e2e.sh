@@ -7,6 +7,8 @@
 #   promtool - Prometheus's rule checker and tester (charts/herald/tests), pinned below
 #   crane    - OCI registry client and loopback registry (e2e/tests/image.rs), pinned below
 #   ocibuild - scripts/ocibuild: assembles the OCI images (scripts/image.sh, `make image`)
+#   nats-server-old - a nats-server older than Herald supports, pinned below: the test
+#              that Herald refuses it (e2e/tests/nats_requirements.rs)
 #   kubectl  - only if none is on PATH; built from the pinned Kubernetes module
 # Needs only Go; every dependency comes from the Go module proxy. Cheap when
 # nothing changed: each step is skipped when its binary is up to date.
@@ -16,6 +18,8 @@ set -euo pipefail
 HELM_VERSION=v3.22.0
 HELM_DOCS_VERSION=v1.14.2
 CRANE_VERSION=v0.22.1
+# The newest nats-server without per-message schedules (2.12 added them).
+OLD_NATS_VERSION=v2.11.17
 # Prometheus 3.x is published as Go module v0.3MM.P (3.16.0 = v0.316.0).
 PROMETHEUS_VERSION=3.16.0
 PROMETHEUS_MODULE_VERSION=v0.316.0
@@ -127,6 +131,19 @@ else
 	echo "build-e2e: building ocibuild ..."
 	(cd "$ocibuild_src" && "$go" build -o "$bin/ocibuild.tmp" .)
 	mv "$bin/ocibuild.tmp" "$bin/ocibuild"
+fi
+
+if ! want nats-server-old; then :
+elif [ -x "$bin/nats-server-old" ] && [[ "$("$bin/nats-server-old" --version 2>/dev/null)" == *"${OLD_NATS_VERSION}" ]]; then
+	echo "build-e2e: nats-server-old $OLD_NATS_VERSION is up to date ($bin/nats-server-old)"
+else
+	echo "build-e2e: building nats-server $OLD_NATS_VERSION as nats-server-old ..."
+	start=$(date +%s)
+	tmp_bin="$(mktemp -d)"
+	GOBIN="$tmp_bin" "$go" install "github.com/nats-io/nats-server/v2@$OLD_NATS_VERSION"
+	mv "$tmp_bin/nats-server" "$bin/nats-server-old"
+	rmdir "$tmp_bin"
+	echo "build-e2e: built $bin/nats-server-old in $(($(date +%s) - start))s"
 fi
 
 if ! want kubectl; then :

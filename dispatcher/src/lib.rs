@@ -90,7 +90,12 @@ pub async fn run_with_index(
             addr: listen,
             source,
         })?;
-    let (nats, layout) = connect(&nats_args, &replica_id, retention, shards).await?;
+    let (nats, layout) = connect(
+        &nats_args,
+        &replica_id,
+        (retention, shards, max_event_bytes),
+    )
+    .await?;
     let policy = Arc::new(destinations.policy());
     let http = http::client(policy.clone()).map_err(RunError::Http)?;
 
@@ -133,18 +138,20 @@ pub async fn run_with_index(
     Ok(())
 }
 
-/// Connects to NATS and brings the JetStream layout up to date. The URL is not logged
-/// or put into errors: it may carry credentials.
+/// Connects to NATS, refuses a server Herald cannot run on, and brings the JetStream
+/// layout up to date. The URL is not logged or put into errors: it may carry
+/// credentials.
 async fn connect(
     nats: &herald_core::flags::NatsArgs,
     replica_id: &str,
-    retention: Duration,
-    shards: u32,
+    (retention, shards, max_event_bytes): (Duration, u32, usize),
 ) -> Result<(async_nats::Client, setup::Layout), RunError> {
+    use herald_core::dataplane::layout::{LANE_HEADER_ROOM, check_server};
     let client = nats
         .connect(&format!("herald-dispatcher/{replica_id}"))
         .await?;
     let js = async_nats::jetstream::new(client.clone());
+    check_server(&js, max_event_bytes + LANE_HEADER_ROOM).await?;
     let layout = setup::ensure(&js, retention, usize::from(nats.replicas)).await?;
     herald_core::dataplane::layout::check_shard_count(&layout.config, shards).await?;
     Ok((client, layout))

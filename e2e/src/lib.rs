@@ -391,6 +391,23 @@ impl TestContext {
     }
 }
 
+/// A binary of this workspace (`herald-operator`, `herald-dispatcher`), built by cargo
+/// beside the running test.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let binary = dir.join(name);
+    assert!(
+        binary.exists(),
+        "{} is not built (cargo build --workspace --bins builds it)",
+        binary.display()
+    );
+    binary
+}
+
 /// A free port on 127.0.0.1 (bound, then released for a process to take).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

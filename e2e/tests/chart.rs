@@ -221,6 +221,20 @@ async fn rendered_chart_passes_server_side_validation() {
         cmd.args(["apply", "--dry-run=server", "-n", &ctx.namespace, "-f", "-"]);
         let out = ok(cmd, Some(&rendered));
         let docs = documents(&rendered);
+        // A container that exits says why in the pod's status (e.g. a NATS Herald cannot
+        // run on: e2e/tests/nats_requirements.rs).
+        for workload in docs.iter().filter(|d| d["spec"]["template"].is_object()) {
+            for container in workload["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .expect("containers")
+            {
+                assert_eq!(
+                    container["terminationMessagePolicy"], "FallbackToLogsOnError",
+                    "{}",
+                    workload["kind"]
+                );
+            }
+        }
         assert_eq!(
             out.lines().count(),
             docs.len(),

@@ -88,7 +88,8 @@ pub async fn run(
         identity,
         lease_duration,
         lease_renew,
-        namespace,
+        namespaces,
+        watch_secrets_cluster_wide,
         kubeconfig,
         json_logs: _,
     } = config;
@@ -118,7 +119,8 @@ pub async fn run(
         policy: destinations.policy(),
         shards,
         status_interval,
-        namespace,
+        namespaces: namespaces.into_iter().filter(|ns| !ns.is_empty()).collect(),
+        watch_secrets_cluster_wide,
         metrics,
         identity: identity.clone(),
     };
@@ -209,6 +211,10 @@ async fn open_buckets(
         tokio::select! {
             buckets = nats::Buckets::connect(nats_args, shards) => match buckets {
                 Ok(buckets) => return Some(buckets),
+                // Not ready meanwhile; the NATS server may be fixed without a restart.
+                Err(nats::Error::Layout(error)) if error.is_unfit_server() => {
+                    tracing::error!(%error, "NATS cannot carry Herald; retrying");
+                }
                 Err(error) => tracing::warn!(%error, "opening the NATS buckets; retrying"),
             },
             _ = shutdown.clone() => return None,

@@ -51,6 +51,8 @@ impl Buckets {
         // NATS restarts; KV calls then fail and reconciles requeue.
         let client = nats.connect("herald-operator").await?;
         let js = jetstream::new(client);
+        // The operator's own messages are small (configurations and key sets).
+        layout::check_server(&js, layout::LANE_HEADER_ROOM).await?;
         let replicas = usize::from(nats.replicas);
         let config = layout::ensure_bucket(&js, layout::CONFIG, replicas).await?;
         layout::check_shard_count(&config, shards).await?;

@@ -110,8 +110,109 @@ pub const SHARDS: BucketSpec = BucketSpec {
     max_age: LEASE_TTL,
 };
 
+/// The oldest nats-server Herald runs on: retries are per-message schedules
+/// (`allow_msg_schedules`), new in 2.12.
+pub const MIN_SERVER_VERSION: (u64, u64) = (2, 12);
+
+/// Room for the headers a lane message adds to an event (id, publish time, ordering key,
+/// attempt, schedule target) on top of the event itself.
+pub const LANE_HEADER_ROOM: usize = 1024;
+
+/// Whether a server that announced `version` and `max_payload` can carry Herald, whose
+/// largest message is `largest_message` bytes. Pure, so each refusal is tested; the
+/// messages say what is wrong and what to do, for a pod's log and termination message.
+pub fn check_server_info(
+    version: &str,
+    max_payload: usize,
+    largest_message: usize,
+) -> Result<(), LayoutError> {
+    let mut numbers = version
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|part| part.parse::<u64>().ok());
+    let (major, minor) = (numbers.next().flatten(), numbers.next().flatten());
+    match (major, minor) {
+        (Some(major), Some(minor)) if (major, minor) >= MIN_SERVER_VERSION => {}
+        _ => {
+            return Err(LayoutError::ServerTooOld {
+                version: version.to_owned(),
+            });
+        }
+    }
+    if max_payload < largest_message {
+        return Err(LayoutError::PayloadTooSmall {
+            max_payload,
+            needed: largest_message,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses, with a message that says what to change, a NATS server Herald cannot run on:
+/// JetStream off (for the server or this account), older than [`MIN_SERVER_VERSION`], or
+/// a `max_payload` below `largest_message`. Waits for the connection (the first
+/// JetStream request does).
+pub async fn check_server(
+    js: &jetstream::Context,
+    largest_message: usize,
+) -> Result<(), LayoutError> {
+    use async_nats::jetstream::context::AccountErrorKind;
+    match js.query_account().await {
+        Ok(_) => {}
+        Err(error) => {
+            let disabled = match error.kind() {
+                AccountErrorKind::JetStreamUnavailable => true,
+                AccountErrorKind::JetStream(e) => matches!(
+                    e.error_code(),
+                    ErrorCode::JETSTREAM_NOT_ENABLED | ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT
+                ),
+                _ => false,
+            };
+            return Err(if disabled {
+                LayoutError::NoJetStream
+            } else {
+                LayoutError::Server(error.into())
+            });
+        }
+    }
+    let info = js.client().server_info();
+    check_server_info(&info.version, info.max_payload, largest_message)
+}
+
+impl LayoutError {
+    /// The server is not one Herald can run on (not a passing fault): a person must act.
+    pub fn is_unfit_server(&self) -> bool {
+        matches!(
+            self,
+            Self::NoJetStream | Self::ServerTooOld { .. } | Self::PayloadTooSmall { .. }
+        )
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
+    #[error(
+        "JetStream is not enabled on this NATS server or for this account: Herald keeps \
+         every event, queue and attempt in JetStream. Enable it (a `jetstream` block in the \
+         server configuration, and JetStream limits for the account Herald uses); \
+         docs/nats.md shows a configuration that fits"
+    )]
+    NoJetStream,
+    #[error(
+        "nats-server {version:?} is too old: Herald needs 2.12 or newer (retries are \
+         per-message schedules, `allow_msg_schedules`). Upgrade NATS; docs/nats.md shows a \
+         configuration that fits"
+    )]
+    ServerTooOld { version: String },
+    #[error(
+        "the NATS server's max_payload is {max_payload} bytes but Herald needs {needed} \
+         (the largest event, --max-event-bytes, plus the headers of its queue message): \
+         raise max_payload in the server configuration or lower --max-event-bytes \
+         (HERALD_MAX_EVENT_BYTES, the chart's dispatcher.maxEventBytes)"
+    )]
+    PayloadTooSmall { max_payload: usize, needed: usize },
+    #[error("asking the NATS server about JetStream: {0}")]
+    Server(#[source] async_nats::Error),
     #[error("creating or updating stream {name}: {source}")]
     Stream {
         name: &'static str,
@@ -335,6 +436,24 @@ pub async fn ensure_bucket(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_without_what_herald_needs_is_refused_with_what_to_change() {
+        assert!(check_server_info("2.12.0", 1 << 20, 300_000).is_ok());
+        assert!(check_server_info("2.15.2", 1 << 20, 300_000).is_ok());
+        assert!(check_server_info("3.0.0-beta.1", 1 << 20, 300_000).is_ok());
+        for old in ["2.11.17", "2.10.22", "1.4.0", "", "garbage"] {
+            let error = check_server_info(old, 1 << 20, 1).unwrap_err().to_string();
+            assert!(error.contains("2.12 or newer"), "{old}: {error}");
+        }
+        let error = check_server_info("2.12.1", 65_536, 263_168)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("max_payload is 65536 bytes but Herald needs 263168"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn every_stream_is_file_backed_with_the_retention() {
