@@ -23,11 +23,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"k8s.io/klog/v2"
 )
 
 const usage = `usage:
-  testenv run --dir DIR [--keep] [--nats-port N | --nats-cluster N] [--parent-pid PID] [--exit-on-stdin-eof]
+  testenv run --dir DIR [--keep] [--nats-port N | --nats-cluster N | --nats-secure ACCOUNTS.conf] [--parent-pid PID] [--exit-on-stdin-eof]
   testenv nats-restart --dir DIR
   testenv nats-kill --dir DIR --node I      (--nats-cluster only: SIGKILL node I)
   testenv nats-start --dir DIR --node I     (--nats-cluster only: start node I again)
@@ -51,6 +52,7 @@ func main() {
 		fs.BoolVar(&o.keep, "keep", false, "keep the temporary data dir (etcd, JetStream, certs) on exit")
 		fs.IntVar(&o.natsPort, "nats-port", 0, "NATS client port (default: a free port)")
 		fs.IntVar(&o.natsCluster, "nats-cluster", 1, "number of nats-server nodes; >= 2: a JetStream cluster of child processes")
+		fs.StringVar(&o.natsSecure, "nats-secure", "", "accounts file (examples/nats/herald-accounts.conf): NATS with TLS, verified client certificates and these accounts; certificates and NKey seeds in DIR/nats-secure/")
 		fs.IntVar(&o.parentPID, "parent-pid", 0, "exit when this process is gone (polled every second)")
 		fs.BoolVar(&o.stdinEOF, "exit-on-stdin-eof", false, "exit when stdin is closed")
 		fs.Parse(os.Args[2:])
@@ -92,6 +94,7 @@ type runOpts struct {
 	keep        bool
 	natsPort    int
 	natsCluster int
+	natsSecure  string
 	parentPID   int
 	stdinEOF    bool
 }
@@ -109,6 +112,9 @@ func run(o runOpts) (err error) {
 	}
 	if o.natsCluster > 1 && o.natsPort != 0 {
 		return errors.New("--nats-port and --nats-cluster cannot be combined (cluster ports are always free ports)")
+	}
+	if o.natsCluster > 1 && o.natsSecure != "" {
+		return errors.New("--nats-secure runs a single server; it cannot be combined with --nats-cluster")
 	}
 	start := time.Now()
 	dir, err := filepath.Abs(o.dir)
@@ -201,7 +207,13 @@ func run(o runOpts) (err error) {
 	if o.natsCluster > 1 {
 		nats, err = newNATSCluster(dataDir, dir, o.natsCluster)
 	} else {
-		nats, err = newNATS(dataDir, filepath.Join(dir, "nats.log"), o.natsPort)
+		var base *server.Options
+		if o.natsSecure != "" {
+			if base, err = natsSecureOptions(dir, dataDir, o.natsSecure); err != nil {
+				return err
+			}
+		}
+		nats, err = newNATS(dataDir, filepath.Join(dir, "nats.log"), o.natsPort, base)
 	}
 	if err != nil {
 		return err

@@ -20,31 +20,42 @@ type natsServer struct {
 	srv  *server.Server
 }
 
-func newNATS(dataDir, logFile string, port int) (*natsServer, error) {
+// newNATS starts a single server; base, when not nil, holds options parsed from a
+// configuration file (--nats-secure: TLS and accounts) that the rest is added to.
+func newNATS(dataDir, logFile string, port int, base *server.Options) (*natsServer, error) {
 	if port == 0 {
 		var err error
 		if port, err = freePort(); err != nil {
 			return nil, err
 		}
 	}
-	n := &natsServer{opts: server.Options{
-		ServerName:         "testenv",
-		Host:               "127.0.0.1",
-		Port:               port,
-		JetStream:          true,
-		StoreDir:           filepath.Join(dataDir, "jetstream"),
-		JetStreamMaxMemory: 256 << 20,
-		JetStreamMaxStore:  2 << 30,
-		NoSigs:             true, // signals belong to testenv, not to nats
-		LogFile:            logFile,
-	}}
+	opts := server.Options{}
+	if base != nil {
+		opts = *base
+	}
+	opts.ServerName = "testenv"
+	opts.Host = "127.0.0.1"
+	opts.Port = port
+	opts.JetStream = true
+	opts.StoreDir = filepath.Join(dataDir, "jetstream")
+	opts.JetStreamMaxMemory = 256 << 20
+	opts.JetStreamMaxStore = 2 << 30
+	opts.NoSigs = true // signals belong to testenv, not to nats
+	opts.LogFile = logFile
+	n := &natsServer{opts: opts}
 	if err := n.start(); err != nil {
 		return nil, err
 	}
 	return n, nil
 }
 
-func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.opts.Port) }
+func (n *natsServer) url() string {
+	scheme := "nats"
+	if n.opts.TLSConfig != nil {
+		scheme = "tls"
+	}
+	return fmt.Sprintf("%s://127.0.0.1:%d", scheme, n.opts.Port)
+}
 
 // start must be called with n.mu held or before n is shared.
 func (n *natsServer) start() error {
