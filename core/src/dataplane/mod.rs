@@ -60,6 +60,10 @@ pub const ORDERING_KEY_HEADER: &str = "Herald-Ordering-Key";
 pub const REASON_HEADER: &str = "Herald-Reason";
 /// Header carrying the original ingest subject on dead-letter messages.
 pub const SUBJECT_HEADER: &str = "Herald-Subject";
+/// Header carrying the original size in bytes on a dead letter whose payload is only the
+/// event's beginning (an event over the size limit; the whole event stays in the event
+/// stream under the sequence its id encodes).
+pub const TRUNCATED_HEADER: &str = "Herald-Truncated";
 /// Header carrying the uid of the endpoint a retry-lane message was written for (fresh
 /// lane messages carry it in `Nats-Msg-Id: <event id>.<uid>`): a message left behind by
 /// a deleted endpoint is not delivered to a re-created one of the same name.

@@ -11,6 +11,7 @@ use async_nats::jetstream::stream::RawMessageErrorKind;
 use tokio::sync::{mpsc, watch};
 
 use super::{FanOut, Pending, Stored};
+use crate::envelope::HeaderSize;
 use crate::supervise::Backoff;
 
 impl FanOut {
@@ -104,6 +105,7 @@ impl FanOut {
                     return Ok(Some(Stored {
                         seq,
                         published_ms: (m.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
+                        headers: HeaderSize::of(Some(&m.headers)),
                         subject: m.subject,
                         payload: m.payload,
                     }));

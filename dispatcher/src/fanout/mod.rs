@@ -30,14 +30,14 @@ use bytes::Bytes;
 use futures::StreamExt;
 use herald_core::dataplane::{
     self, DEADLETTER_PREFIX, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER, PUBLISHED_HEADER,
-    REASON_HEADER, SUBJECT_HEADER,
+    REASON_HEADER, SUBJECT_HEADER, TRUNCATED_HEADER,
 };
 use tokio::sync::{mpsc, watch};
 
 mod ack;
 mod catch_up;
 
-use crate::envelope::{self, BadEvent};
+use crate::envelope::{self, BadEvent, HeaderSize};
 use crate::index::Index;
 use crate::metrics::{Metrics, ReasonLabel};
 use crate::supervise::{Backoff, Readiness};
@@ -51,6 +51,10 @@ const GROUP: &str = "herald";
 const PIPELINE: usize = 4096;
 /// How often the fan-out lag gauge is refreshed from the consumer's state.
 const LAG_INTERVAL: Duration = Duration::from_secs(5);
+/// Bytes of an event kept in its dead letter when the event itself is too large: the
+/// dead letter must fit NATS' `max_payload` with its own headers, or its publish would
+/// fail forever and hold fan-out up.
+const DEAD_LETTER_SAMPLE: usize = 4096;
 
 pub struct FanOut {
     pub js: jetstream::Context,
@@ -66,6 +70,7 @@ struct Stored {
     published_ms: u64,
     subject: async_nats::Subject,
     payload: Bytes,
+    headers: HeaderSize,
 }
 
 impl Stored {
@@ -76,6 +81,7 @@ impl Stored {
             published_ms: (info.published.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
             subject: message.subject.clone(),
             payload: message.payload.clone(),
+            headers: HeaderSize::of(message.headers.as_ref()),
         })
     }
 }
@@ -239,6 +245,7 @@ impl FanOut {
         let event = envelope::parse(
             stored.subject.as_str(),
             &stored.payload,
+            stored.headers,
             published,
             self.max_event_bytes,
         )
@@ -308,11 +315,22 @@ impl FanOut {
             .get_or_create(&ReasonLabel { reason })
             .inc();
         let mut headers = HeaderMap::new();
-        headers.insert(REASON_HEADER, bad.to_string().as_str());
+        headers.insert(REASON_HEADER, bad.bounded_text().as_str());
         headers.insert(EVENT_ID_HEADER, event_id);
         headers.insert(SUBJECT_HEADER, stored.subject.as_str());
+        let mut payload = stored.payload.clone();
+        // Over the limit whatever the reason (a bad subject is found before the size).
+        let oversized = payload.len() > self.max_event_bytes
+            || matches!(
+                bad,
+                BadEvent::TooLarge { .. } | BadEvent::TooManyHeaders { .. }
+            );
+        if oversized && payload.len() > DEAD_LETTER_SAMPLE {
+            headers.insert(TRUNCATED_HEADER, payload.len().to_string().as_str());
+            payload.truncate(DEAD_LETTER_SAMPLE);
+        }
         let publish = PublishMessage::build()
-            .payload(stored.payload.clone())
+            .payload(payload)
             .headers(headers)
             .message_id(format!("dl.{event_id}"));
         match self
