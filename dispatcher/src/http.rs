@@ -21,35 +21,61 @@ pub const SNIPPET_BYTES: usize = 1024;
 /// Bytes of a response body read at most; the rest is not read (the connection closes).
 const MAX_BODY_READ: usize = 64 * 1024;
 
+/// Answers a host name's addresses: the system resolver in production; tests inject one
+/// that answers differently from call to call (DNS rebinding).
+type Lookup = Arc<
+    dyn Fn(String) -> futures::future::BoxFuture<'static, std::io::Result<Vec<SocketAddr>>>
+        + Send
+        + Sync,
+>;
+
+fn system_lookup() -> Lookup {
+    Arc::new(|host: String| {
+        Box::pin(async move { Ok(tokio::net::lookup_host((host.as_str(), 0)).await?.collect()) })
+    })
+}
+
 /// A resolver that drops every address the policy refuses, so a host name that resolves
-/// (or is rebound) to an internal address can never be connected to.
+/// (or is rebound) to an internal address can never be connected to. It runs for every
+/// new connection, after any check made earlier (the operator's, or a previous attempt's),
+/// so what is checked is what is connected to.
 struct PolicyResolver {
     policy: Arc<AddressPolicy>,
+    lookup: Lookup,
 }
 
 impl Resolve for PolicyResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let policy = self.policy.clone();
+        let lookup = (self.lookup)(name.as_str().to_owned());
         Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let resolved: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let mut refused = None;
-            let allowed: Vec<SocketAddr> = resolved
-                .into_iter()
-                .filter(|addr| match policy.check_ip(addr.ip()) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        refused = Some(e);
-                        false
-                    }
-                })
-                .collect();
-            match (allowed.is_empty(), refused) {
-                (true, Some(forbidden)) => Err(Box::new(forbidden) as _),
-                _ => Ok(Box::new(allowed.into_iter()) as Addrs),
+            let allowed = allowed_addresses(&policy, lookup.await?)?;
+            Ok(Box::new(allowed.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// The addresses of a name the policy allows, in the resolver's order. A name with some
+/// refused addresses is connected to through the others only; one with nothing but
+/// refused addresses is refused, naming why.
+fn allowed_addresses(
+    policy: &AddressPolicy,
+    resolved: Vec<SocketAddr>,
+) -> Result<Vec<SocketAddr>, Forbidden> {
+    let mut refused = None;
+    let allowed: Vec<SocketAddr> = resolved
+        .into_iter()
+        .filter(|addr| match policy.check_ip(addr.ip()) {
+            Ok(()) => true,
+            Err(e) => {
+                refused = Some(e);
+                false
             }
         })
+        .collect();
+    match (allowed.is_empty(), refused) {
+        (true, Some(forbidden)) => Err(forbidden),
+        _ => Ok(allowed),
     }
 }
 
@@ -57,6 +83,13 @@ impl Resolve for PolicyResolver {
 /// policy-checking resolver. Needs a process-wide rustls crypto provider (`main`
 /// installs one; see [`crate::install_crypto_provider`]).
 pub fn client(policy: Arc<AddressPolicy>) -> reqwest::Result<reqwest::Client> {
+    client_with_lookup(policy, system_lookup())
+}
+
+fn client_with_lookup(
+    policy: Arc<AddressPolicy>,
+    lookup: Lookup,
+) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
@@ -65,7 +98,7 @@ pub fn client(policy: Arc<AddressPolicy>) -> reqwest::Result<reqwest::Client> {
         .pool_max_idle_per_host(64)
         .tcp_nodelay(true)
         .user_agent(concat!("Herald/", env!("CARGO_PKG_VERSION")))
-        .dns_resolver(PolicyResolver { policy })
+        .dns_resolver(PolicyResolver { policy, lookup })
         .build()
 }
 
@@ -221,5 +254,210 @@ mod tests {
             assert_eq!(result.outcome, outcome, "{url}");
             assert!(result.snippet.contains(says), "{url}: {}", result.snippet);
         }
+    }
+
+    /// A receiver on `ip:port` that answers `200` and closes each connection (so every
+    /// attempt resolves again); counts the connections it accepted.
+    async fn counting_receiver(ip: &str, port: u16) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind((ip, port))
+            .await
+            .expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    let mut read = Vec::new();
+                    // The request is small: its head and 2-byte body come in a read or two.
+                    while !read.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => read.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                        )
+                        .await;
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    /// Two receivers on one port: 127.0.0.1 (`ok`) and 127.0.0.2 (`internal`).
+    async fn two_receivers() -> (
+        u16,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        // A port free on 127.0.0.1 is almost always free on 127.0.0.2; try a few.
+        for _ in 0..10 {
+            let (port, ok) = counting_receiver("127.0.0.1", 0).await;
+            if tokio::net::TcpListener::bind(("127.0.0.2", port))
+                .await
+                .is_ok()
+            {
+                let (_, internal) = counting_receiver("127.0.0.2", port).await;
+                return (port, ok, internal);
+            }
+        }
+        panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+    }
+
+    /// A resolver whose answers are scripted call by call (the last one repeats).
+    fn scripted(answers: Vec<Vec<&str>>) -> (Lookup, Arc<std::sync::atomic::AtomicUsize>) {
+        let answers: Vec<Vec<SocketAddr>> = answers
+            .into_iter()
+            .map(|ips| {
+                ips.iter()
+                    .map(|ip| SocketAddr::new(ip.parse().unwrap(), 0))
+                    .collect()
+            })
+            .collect();
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = calls.clone();
+        let lookup: Lookup = Arc::new(move |host: String| {
+            assert_eq!(host, "hooks.test");
+            let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = answers[n.min(answers.len() - 1)].clone();
+            Box::pin(async move { Ok(answer) })
+        });
+        (lookup, calls)
+    }
+
+    /// `127.0.0.1/32` stands for the public internet here (it is the allowlisted network
+    /// of these tests); 127.0.0.2 for an internal address the policy refuses.
+    fn policy(allow: &[&str]) -> Arc<AddressPolicy> {
+        Arc::new(AddressPolicy {
+            allow: allow.iter().map(|net| net.parse().unwrap()).collect(),
+            allow_http: true,
+        })
+    }
+
+    async fn post(http: &reqwest::Client, policy: &AddressPolicy, port: u16) -> AttemptResult {
+        let keys = [SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()];
+        let url = format!("http://hooks.test:{port}/");
+        let attempt = Attempt {
+            url: &url,
+            event_id: "msg_1",
+            body: Bytes::from_static(b"{}"),
+            keys: &keys,
+            headers: &[],
+            timeout: Duration::from_secs(5),
+        };
+        send(http, policy, attempt).await
+    }
+
+    fn count(n: &std::sync::atomic::AtomicUsize) -> usize {
+        n.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[test]
+    fn only_the_allowed_addresses_of_a_name_are_kept() {
+        let policy = AddressPolicy::default();
+        let addrs = |ips: &[&str]| -> Vec<SocketAddr> {
+            ips.iter()
+                .map(|ip| SocketAddr::new(ip.parse().unwrap(), 0))
+                .collect()
+        };
+        assert_eq!(
+            allowed_addresses(
+                &policy,
+                addrs(&["10.0.0.1", "8.8.8.8", "169.254.169.254", "1.1.1.1"])
+            ),
+            Ok(addrs(&["8.8.8.8", "1.1.1.1"]))
+        );
+        let refused = allowed_addresses(&policy, addrs(&["10.0.0.1", "::ffff:127.0.0.1"]))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("loopback"), "{refused}");
+        let allowlisted = AddressPolicy {
+            allow: vec!["10.20.0.0/16".parse().unwrap()],
+            allow_http: false,
+        };
+        assert_eq!(
+            allowed_addresses(&allowlisted, addrs(&["10.20.3.4", "10.21.0.1"])),
+            Ok(addrs(&["10.20.3.4"]))
+        );
+        assert_eq!(allowed_addresses(&policy, Vec::new()), Ok(Vec::new()));
+    }
+
+    /// DNS rebinding: the name answers an allowed address when it is checked and for the
+    /// first connection, then an internal one. The check at connect time refuses the
+    /// second connection; nothing reaches the internal receiver.
+    #[tokio::test]
+    async fn a_name_rebound_to_an_internal_address_is_refused_at_connect_time() {
+        crate::install_crypto_provider();
+        let (port, public, internal) = two_receivers().await;
+        let policy = policy(&["127.0.0.1/32"]);
+        let (lookup, calls) = scripted(vec![
+            vec!["127.0.0.1"],
+            vec!["127.0.0.1"],
+            vec!["127.0.0.2"],
+        ]);
+        // What the operator does when it validates the endpoint: resolve, check.
+        let validated = lookup("hooks.test".to_owned()).await.unwrap();
+        assert_eq!(allowed_addresses(&policy, validated.clone()), Ok(validated));
+        let http = client_with_lookup(policy.clone(), lookup).expect("a client");
+
+        let first = post(&http, &policy, port).await;
+        assert_eq!(first.outcome, Outcome::Success, "{}", first.snippet);
+        let second = post(&http, &policy, port).await;
+        assert_eq!(
+            second.outcome,
+            Outcome::AddressForbidden,
+            "{}",
+            second.snippet
+        );
+        assert!(second.snippet.contains("127.0.0.2"), "{}", second.snippet);
+        assert!(second.snippet.contains("loopback"), "{}", second.snippet);
+        assert_eq!(count(&calls), 3, "every connection resolves the name again");
+        assert_eq!(count(&public), 1);
+        assert_eq!(count(&internal), 0, "the rebound address was connected to");
+    }
+
+    /// A name with several addresses, the refused one first: only the allowed one is
+    /// connected to, every time.
+    #[tokio::test]
+    async fn a_name_with_one_internal_address_among_several_connects_to_the_others() {
+        crate::install_crypto_provider();
+        let (port, public, internal) = two_receivers().await;
+        let policy = policy(&["127.0.0.1/32"]);
+        let (lookup, _) = scripted(vec![vec!["127.0.0.2", "127.0.0.1"]]);
+        let http = client_with_lookup(policy.clone(), lookup).expect("a client");
+        for _ in 0..3 {
+            let result = post(&http, &policy, port).await;
+            assert_eq!(result.outcome, Outcome::Success, "{}", result.snippet);
+        }
+        assert_eq!(count(&public), 3);
+        assert_eq!(count(&internal), 0, "the refused address was connected to");
+    }
+
+    /// The allowlist opens exactly its range: 127.0.0.2/32 allowed reaches 127.0.0.2,
+    /// and its neighbour 127.0.0.1 stays refused.
+    #[tokio::test]
+    async fn an_allowlisted_range_is_reached_and_its_neighbours_are_not() {
+        crate::install_crypto_provider();
+        let (port, neighbour, allowlisted) = two_receivers().await;
+        let policy = policy(&["127.0.0.2/32"]);
+        let (lookup, _) = scripted(vec![vec!["127.0.0.2"], vec!["127.0.0.1"]]);
+        let http = client_with_lookup(policy.clone(), lookup).expect("a client");
+        let allowed = post(&http, &policy, port).await;
+        assert_eq!(allowed.outcome, Outcome::Success, "{}", allowed.snippet);
+        let refused = post(&http, &policy, port).await;
+        assert_eq!(
+            refused.outcome,
+            Outcome::AddressForbidden,
+            "{}",
+            refused.snippet
+        );
+        assert_eq!(count(&allowlisted), 1);
+        assert_eq!(count(&neighbour), 0);
     }
 }
