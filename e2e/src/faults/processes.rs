@@ -20,9 +20,16 @@ pub struct Processes {
     stop_signal: &'static str,
     running: BTreeMap<String, Child>,
     logs: BTreeMap<String, PathBuf>,
+    /// Environment variables of every process started from now on.
+    envs: Vec<(String, String)>,
 }
 
 impl Processes {
+    /// Sets an environment variable (e.g. `RUST_LOG`) for every process started from now.
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.envs.push((name.to_owned(), value.to_owned()));
+    }
+
     /// The log file of process `id`.
     pub fn log(&self, id: &str) -> PathBuf {
         std::env::temp_dir().join(format!("herald-fault-{}-{id}.log", self.label))
@@ -48,6 +55,7 @@ impl Processes {
         let child = Command::new(&self.bin)
             .args(&self.args)
             .args([self.id_flag, id])
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log handle"))
             .stderr(file)
@@ -220,6 +228,7 @@ impl Dispatchers {
             stop_signal: "INT",
             running: BTreeMap::new(),
             logs: BTreeMap::new(),
+            envs: Vec::new(),
         })
     }
 
@@ -294,6 +303,7 @@ impl Operators {
             stop_signal: "TERM",
             running: BTreeMap::new(),
             logs: BTreeMap::new(),
+            envs: Vec::new(),
         })
     }
 
