@@ -47,6 +47,8 @@ pub mod reason {
     pub const URL_FORBIDDEN: &str = "UrlForbidden";
     pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
     pub const SECRET_NOT_READY: &str = "SecretNotReady";
+    /// The operator has no RBAC rights on Secrets in the SigningSecret's namespace.
+    pub const SECRET_FORBIDDEN: &str = "SecretForbidden";
     pub const ENDPOINT_NOT_FOUND: &str = "EndpointNotFound";
     pub const PAUSED: &str = "Paused";
     pub const DELIVERING: &str = "Delivering";

@@ -487,6 +487,7 @@ async fn install_upgrade_uninstall() {
         kinds(&docs),
         [
             "ClusterRole",
+            "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
             "PodDisruptionBudget",
@@ -668,7 +669,9 @@ async fn service_accounts_have_least_privilege() {
     for (verb, resource, allowed) in [
         ("watch", "webhookendpoints.herald.dev", true),
         ("patch", "signingsecrets.herald.dev/status", true),
-        ("create", "secrets", true),
+        // Serving every namespace, Secrets are granted per namespace (below).
+        ("get", "secrets", false),
+        ("create", "secrets", false),
         ("delete", "secrets", false),
         ("update", "secrets", false),
         ("create", "webhookendpoints.herald.dev", false),
@@ -696,6 +699,168 @@ async fn service_accounts_have_least_privilege() {
     assert!(!can_i(&operator, "default", "update", &lease));
     release.uninstall();
     ctx.cleanup().await;
+}
+
+/// `kubectl auth can-i VERB RESOURCE --as SUBJECT --all-namespaces`: whether it is
+/// allowed cluster-wide.
+fn can_i_everywhere(subject: &str, verb: &str, resource: &str) -> bool {
+    let mut cmd = env().kubectl();
+    cmd.args([
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "--as",
+        subject,
+        "--all-namespaces",
+    ]);
+    String::from_utf8_lossy(&output(cmd, None).stdout).trim() == "yes"
+}
+
+/// The Secret rights of a SigningSecret's operator, in both modes: with
+/// `operator.tenantNamespaces`, Secrets (and everything else) only in those namespaces and
+/// nothing cluster-wide; serving every namespace, no Secret anywhere until the platform
+/// team binds the Secrets role in a namespace (the command NOTES.txt prints), and every
+/// Secret, `kube-system` included, only with the explicit `operator.clusterWideSecrets`.
+#[tokio::test]
+async fn operator_secret_rights_follow_tenant_namespaces() {
+    let ctx = TestContext::new("chart-secrets").await;
+    let other = TestContext::new("chart-tenant").await;
+    let bystander = TestContext::new("chart-bystander").await;
+    let (ns, tenant, outsider) = (&ctx.namespace, &other.namespace, &bystander.namespace);
+    let secret_verbs = ["get", "list", "watch", "create", "patch"];
+
+    // Tenant namespaces: RoleBindings there, nothing cluster-wide.
+    let tenants = format!("operator.tenantNamespaces={{{ns},{tenant}}}");
+    let release = Release::install(&ctx, "tenants", &[&tenants]);
+    let operator = format!("system:serviceaccount:{ns}:{}", release.operator());
+    let docs = documents(&release.manifest());
+    assert!(
+        !kinds(&docs).iter().any(|k| k == "ClusterRoleBinding"),
+        "no cluster-wide binding with tenant namespaces"
+    );
+    for namespace in [ns, tenant] {
+        for verb in secret_verbs {
+            assert!(
+                can_i(&operator, namespace, verb, "secrets"),
+                "{verb} secrets in {namespace}"
+            );
+        }
+        assert!(can_i(
+            &operator,
+            namespace,
+            "watch",
+            "webhookendpoints.herald.dev"
+        ));
+        assert!(can_i(
+            &operator,
+            namespace,
+            "create",
+            "events.events.k8s.io"
+        ));
+    }
+    for namespace in [outsider.as_str(), "kube-system", "default"] {
+        for verb in secret_verbs {
+            assert!(
+                !can_i(&operator, namespace, verb, "secrets"),
+                "{verb} secrets in {namespace}"
+            );
+        }
+        assert!(!can_i(
+            &operator,
+            namespace,
+            "list",
+            "webhookendpoints.herald.dev"
+        ));
+        assert!(!can_i(
+            &operator,
+            namespace,
+            "create",
+            "events.events.k8s.io"
+        ));
+    }
+    for resource in [
+        "secrets",
+        "webhookendpoints.herald.dev",
+        "signingsecrets.herald.dev",
+    ] {
+        assert!(
+            !can_i_everywhere(&operator, "list", resource),
+            "list {resource} cluster-wide"
+        );
+    }
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the operator");
+    let operator_env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].to_string();
+    assert!(
+        operator_env.contains(&format!("\"{ns},{tenant}\"")),
+        "{operator_env}"
+    );
+    release.uninstall();
+
+    // Every namespace (the default): Herald's resources cluster-wide, Secrets nowhere.
+    let release = Release::install(&ctx, "all", &[]);
+    let operator = format!("system:serviceaccount:{ns}:{}", release.operator());
+    assert!(can_i_everywhere(
+        &operator,
+        "watch",
+        "webhookendpoints.herald.dev"
+    ));
+    assert!(!can_i_everywhere(&operator, "list", "secrets"));
+    for namespace in [ns, tenant, outsider, "kube-system"] {
+        assert!(
+            !can_i(&operator, namespace, "get", "secrets"),
+            "get secrets in {namespace}"
+        );
+    }
+    assert!(
+        release.installed.contains("create rolebinding"),
+        "NOTES say how to grant Secrets:\n{}",
+        release.installed
+    );
+    // The platform team grants one tenant namespace, as NOTES.txt says.
+    let role = format!("{}-secrets", release.operator());
+    let mut bind = env().kubectl();
+    bind.args(["-n", tenant, "create", "rolebinding", &role])
+        .arg(format!("--clusterrole={role}"))
+        .arg(format!("--serviceaccount={ns}:{}", release.operator()));
+    ok(bind, None);
+    for verb in secret_verbs {
+        assert!(
+            can_i(&operator, tenant, verb, "secrets"),
+            "{verb} secrets in {tenant}"
+        );
+    }
+    for namespace in [ns, outsider, "kube-system"] {
+        assert!(
+            !can_i(&operator, namespace, "get", "secrets"),
+            "get secrets in {namespace}"
+        );
+    }
+
+    // The explicit opt-in, and only it, reaches every Secret.
+    release.helm("upgrade", &["operator.clusterWideSecrets=true"]);
+    assert!(can_i(&operator, "kube-system", "get", "secrets"));
+    assert!(can_i_everywhere(&operator, "watch", "secrets"));
+    let manifest = release.manifest();
+    assert!(manifest.contains("HERALD_WATCH_SECRETS_CLUSTER_WIDE"));
+    // ... and refuses to combine with tenant namespaces, whose Secrets are already granted.
+    let mut cmd = helm();
+    cmd.args(["template", "x"]).arg(chart_dir()).args([
+        "--set",
+        "operator.clusterWideSecrets=true",
+        "--set",
+        &tenants,
+    ]);
+    let refused = output(cmd, None);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("clusterWideSecrets"));
+    release.uninstall();
+    for c in [ctx, other, bystander] {
+        c.cleanup().await;
+    }
 }
 
 /// A kubeconfig like the environment's that impersonates `user`.
@@ -798,6 +963,23 @@ async fn operator_with_the_charts_rbac_reconciles() {
         .await
         .expect("creating the WebhookEndpoint");
 
+    // Installed to serve every namespace (the chart's default), the operator may not
+    // touch Secrets here yet, and the SigningSecret says so ...
+    eventually("the SigningSecret SecretForbidden", WAIT, || async {
+        let s = secrets.get("keys").await.ok()?;
+        let conditions = s.status?.conditions;
+        let ready = conditions.iter().find(|c| c.type_ == "Ready")?;
+        (ready.status == "False" && ready.reason == "SecretForbidden").then_some(())
+    })
+    .await;
+    // ... until the platform team binds the Secrets role in this namespace, as NOTES.txt
+    // says; the operator looks again by itself.
+    let role = format!("{}-secrets", release.operator());
+    let mut bind = env().kubectl();
+    bind.args(["-n", &ns, "create", "rolebinding", &role])
+        .arg(format!("--clusterrole={role}"))
+        .arg(format!("--serviceaccount={ns}:{}", release.operator()));
+    ok(bind, None);
     eventually("the SigningSecret Ready", WAIT, || async {
         let s = secrets.get("keys").await.ok()?;
         is_ready(s.status.as_ref().map(|s| &s.conditions)).then_some(())

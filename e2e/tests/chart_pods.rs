@@ -251,7 +251,8 @@ fn service_account_kubeconfig(service_account: &str, namespace: &str) -> PathBuf
 /// A release of the chart in a test's namespace, configured for the test environment:
 /// the NATS URL from a Secret (as production passes credentials), one JetStream replica
 /// (one nats-server; production values keep 3), loopback receivers allowed, the operator
-/// watching only the test's namespace.
+/// serving only the test's namespace (`operator.tenantNamespaces`; a later `--set` of it
+/// replaces that).
 struct Release {
     name: String,
     namespace: String,
@@ -292,7 +293,7 @@ impl Release {
             "nats.jetstreamReplicas=1",
             "allowNetworks={127.0.0.0/8}",
             "allowHttp=true",
-            &format!("operator.watchNamespace={}", self.namespace),
+            &format!("operator.tenantNamespaces={{{}}}", self.namespace),
             "operator.statusInterval=1s",
             "dispatcher.graceSeconds=5",
         ]
@@ -535,4 +536,133 @@ async fn a_rolling_upgrade_delivers_every_event() {
     }
     release.uninstall();
     ctx.cleanup().await;
+}
+
+/// Least privilege, run for real (issue 13): the chart with two tenant namespaces, the
+/// operator binary with its ServiceAccount's token. It serves both — a SigningSecret
+/// becomes Ready with its Secret generated, a WebhookEndpoint becomes Ready, a hand-edited
+/// key is picked up through its namespace's Secret watch long before the 5-minute resync —
+/// while the same token cannot read a Secret in a namespace it has no business in, nor in
+/// `kube-system`, nor list Secrets cluster-wide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_serves_its_tenants_and_reads_no_other_secret() {
+    herald_dispatcher::install_crypto_provider();
+    let ctx = TestContext::new("chart-least").await;
+    let other = TestContext::new("chart-least-t").await;
+    let bystander = TestContext::new("chart-least-b").await;
+    let mut cmd = env().kubectl();
+    cmd.args([
+        "-n",
+        &bystander.namespace,
+        "create",
+        "secret",
+        "generic",
+        "database",
+    ])
+    .arg("--from-literal=password=not-for-herald");
+    ok(cmd, None);
+    let tenants = format!(
+        "operator.tenantNamespaces={{{},{}}}",
+        ctx.namespace, other.namespace
+    );
+    let release = Release::install(&ctx, "least", &[&tenants]);
+    let deployment = release.workload("Deployment");
+    let mut operator = release.pod(&deployment, "0");
+    operator.until_ready().await;
+
+    // The operator's own token, as its pod would hold it.
+    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("a ServiceAccount");
+    let token = service_account_kubeconfig(account, &ctx.namespace);
+    let as_operator = |args: &[&str]| {
+        let mut cmd = env().kubectl();
+        cmd.arg("--kubeconfig").arg(&token).args(args);
+        herald_e2e::helm::output(cmd, None)
+    };
+    for args in [
+        &["get", "secret", "database", "-n", &bystander.namespace][..],
+        &["get", "secrets", "-n", &bystander.namespace],
+        &["get", "secrets", "-n", "kube-system"],
+        &["get", "secrets", "--all-namespaces"],
+        &["get", "webhookendpoints.herald.dev", "--all-namespaces"],
+    ] {
+        let out = as_operator(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("Forbidden"),
+            "the operator's token may `kubectl {}`: {}{stderr}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    // The same token does read where it must (the test above is not refusing everything).
+    let out = as_operator(&["get", "secrets", "-n", &other.namespace]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Both tenant namespaces are served.
+    tenant_endpoint(&ctx, "http://127.0.0.1:9/orders").await;
+    tenant_endpoint(&other, "http://127.0.0.1:9/orders").await;
+    let generated = other
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .get("keys")
+        .await
+        .expect("the Secret generated in the second tenant namespace");
+    assert!(generated.data.is_some_and(|d| d.contains_key("current")));
+
+    // A hand-edited key there is picked up through the per-namespace Secret watch.
+    let signing = other.api::<SigningSecret>();
+    let active = |s: SigningSecret| s.status.and_then(|s| s.active_key_id);
+    let before = active(signing.get("keys").await.expect("the SigningSecret"));
+    let (key, _) = herald_core::signing::generate_whsec().expect("a key");
+    let mut edit = env().kubectl();
+    edit.args([
+        "-n",
+        &other.namespace,
+        "create",
+        "secret",
+        "generic",
+        "keys",
+    ])
+    .arg(format!("--from-literal=current={key}"))
+    .args(["--dry-run=client", "-o", "yaml"]);
+    let manifest = ok(edit, None);
+    let mut apply = env().kubectl();
+    apply.args(["-n", &other.namespace, "apply", "-f", "-"]);
+    ok(apply, Some(&manifest));
+    eventually("the edited key active", Duration::from_secs(60), || async {
+        let now = active(signing.get("keys").await.ok()?);
+        (now.is_some() && now != before).then_some(())
+    })
+    .await;
+
+    // Not one reconcile failed for want of a permission.
+    let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", operator.port))
+        .await
+        .expect("the operator's metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let kube_errors: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("herald_operator_reconcile_errors_total{"))
+        .filter(|l| l.contains("category=\"kube\"") && !l.ends_with(" 0"))
+        .collect();
+    assert!(kube_errors.is_empty(), "{kube_errors:?}");
+    let log = std::fs::read_to_string(&operator.log).unwrap_or_default();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the operator was refused:\n{log}"
+    );
+
+    operator.terminate().await;
+    release.uninstall();
+    let _ = std::fs::remove_file(&token);
+    for c in [ctx, other, bystander] {
+        c.cleanup().await;
+    }
 }

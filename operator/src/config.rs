@@ -53,9 +53,23 @@ pub struct Config {
     #[arg(long, env = "HERALD_LEASE_RENEW", default_value = "5s", value_parser = herald_core::duration::parse_std)]
     pub lease_renew: Duration,
 
-    /// Reconcile only this namespace (default: all namespaces).
-    #[arg(long, env = "HERALD_WATCH_NAMESPACE")]
-    pub namespace: Option<String>,
+    /// Reconcile only these namespaces, comma-separated or repeated (default: all
+    /// namespaces). With a list the operator needs no cluster-wide rights: it watches each
+    /// namespace on its own, Secrets included.
+    #[arg(
+        long = "namespace",
+        env = "HERALD_WATCH_NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+
+    /// Without `--namespace`: also watch, in every namespace, the Secrets Herald generated
+    /// (label `app.kubernetes.io/managed-by=herald`), so a hand-edited key is picked up at
+    /// once. Needs list and watch of Secrets cluster-wide; without it the operator reads
+    /// only the Secrets SigningSecrets name, by name, and picks up hand edits within 5
+    /// minutes.
+    #[arg(long, env = "HERALD_WATCH_SECRETS_CLUSTER_WIDE")]
+    pub watch_secrets_cluster_wide: bool,
 
     /// Kubeconfig to use instead of the in-cluster or `$KUBECONFIG` one.
     #[arg(long, env = "HERALD_KUBECONFIG")]
@@ -79,6 +93,8 @@ mod tests {
         assert_eq!(config.lease_renew, Duration::from_secs(5));
         assert_eq!(config.listen.port(), 8080);
         assert!(!config.destinations.allow_http);
+        assert!(config.namespaces.is_empty(), "all namespaces");
+        assert!(!config.watch_secrets_cluster_wide);
         let later_wins =
             Config::try_parse_from(["x", "--listen", "127.0.0.1:0", "--listen", "127.0.0.1:9"])
                 .unwrap();
@@ -98,5 +114,14 @@ mod tests {
         assert_eq!(config.destinations.policy().allow.len(), 2);
         assert_eq!(config.status_interval, Duration::from_secs(2));
         assert!(Config::try_parse_from(["x", "--allow-network", "nope"]).is_err());
+    }
+
+    #[test]
+    fn namespaces_are_a_list() {
+        let config = Config::try_parse_from(["x", "--namespace", "a,b"]).unwrap();
+        assert_eq!(config.namespaces, ["a", "b"]);
+        // A list flag appends: repeating it adds namespaces.
+        let more = Config::try_parse_from(["x", "--namespace", "a,b", "--namespace", "c"]).unwrap();
+        assert_eq!(more.namespaces, ["a", "b", "c"]);
     }
 }

@@ -1,6 +1,11 @@
 //! One leadership term: every controller and the health watch, started together and
 //! stopped together.
 //!
+//! With a list of namespaces, each namespace gets controllers of its own, each watching
+//! that namespace only (kube-runtime's reflector holds one list-watch per store), so the
+//! operator needs rights in those namespaces and nothing cluster-wide. The endpoint
+//! gauge is shared: its keys carry the namespace.
+//!
 //! Contract: [`Term::start`] builds fresh state (stores, published health, the endpoint
 //! gauge) so a term never sees a previous one's; [`Term::stop`] asks everything to stop,
 //! waits at most `grace`, then aborts what is left — a replica that lost the Lease must
@@ -28,7 +33,10 @@ pub struct Setup {
     pub policy: AddressPolicy,
     pub shards: u32,
     pub status_interval: Duration,
-    pub namespace: Option<String>,
+    /// The namespaces served; empty: all of them.
+    pub namespaces: Vec<String>,
+    /// Serving all namespaces: watch generated Secrets cluster-wide too.
+    pub watch_secrets_cluster_wide: bool,
     pub metrics: Arc<Metrics>,
     pub identity: String,
 }
@@ -67,8 +75,31 @@ impl Term {
         }
         .boxed()
         .shared();
-        let namespace = setup.namespace.clone();
         let mut tasks = JoinSet::new();
+        let states = Arc::new(EndpointStates::new(setup.metrics.clone()));
+        if setup.namespaces.is_empty() {
+            let watch_secrets = setup.watch_secrets_cluster_wide;
+            Self::start_scope(setup, None, watch_secrets, &states, &stop, &mut tasks);
+        }
+        for namespace in &setup.namespaces {
+            let scope = Some(namespace.clone());
+            Self::start_scope(setup, scope, true, &states, &stop, &mut tasks);
+        }
+        Self {
+            stop: stop_tx,
+            tasks,
+        }
+    }
+
+    /// Starts the controllers of one namespace (`None`: all of them).
+    fn start_scope(
+        setup: &Setup,
+        namespace: Option<String>,
+        watch_secrets: bool,
+        states: &Arc<EndpointStates>,
+        stop: &Stop,
+        tasks: &mut JoinSet<()>,
+    ) {
         let published = Arc::new(health::Published::default());
         let (health_tx, health_rx) = futures::channel::mpsc::unbounded();
         tasks.spawn(health::run(
@@ -86,9 +117,9 @@ impl Term {
         tasks.spawn(signing_secret::run(
             Arc::new(secrets),
             namespace.clone(),
+            watch_secrets,
             stop.clone(),
         ));
-        let states = Arc::new(EndpointStates::new(setup.metrics.clone()));
         let endpoints = endpoint::Context {
             plumbing: setup.plumbing(endpoint::KIND),
             config_kv: setup.buckets.config.clone(),
@@ -99,7 +130,7 @@ impl Term {
         let writer = health::writer::Parts {
             plumbing: setup.plumbing(health::writer::KIND),
             health: published,
-            states,
+            states: states.clone(),
         };
         tasks.spawn(endpoint::run(
             Arc::new(endpoints),
@@ -111,11 +142,7 @@ impl Term {
         let replays = replay::Context {
             plumbing: setup.plumbing(replay::KIND),
         };
-        tasks.spawn(replay::run(Arc::new(replays), namespace, stop));
-        Self {
-            stop: stop_tx,
-            tasks,
-        }
+        tasks.spawn(replay::run(Arc::new(replays), namespace, stop.clone()));
     }
 
     /// Stops every controller: gracefully within `grace`, then by force.

@@ -87,3 +87,11 @@ app.kubernetes.io/component: dispatcher
 - name: HERALD_LISTEN
   value: "0.0.0.0:8080"
 {{- end }}
+
+{{/* The namespaces the operator serves, comma-separated (operator.tenantNamespaces and the
+deprecated operator.watchNamespace); empty: every namespace. */}}
+{{- define "herald.operator.tenantNamespaces" -}}
+{{- $tenants := .Values.operator.tenantNamespaces | default list }}
+{{- with .Values.operator.watchNamespace }}{{ $tenants = append $tenants . }}{{ end }}
+{{- $tenants | uniq | join "," }}
+{{- end }}

@@ -134,7 +134,10 @@ async fn apply(obj: &SigningSecret, ctx: &Context) -> Result<Action, Error> {
 
     // Dereference.
     let secrets: Api<Secret> = Api::namespaced(ctx.plumbing.client.clone(), &ns);
-    let existing = secrets.get_opt(&secret_name).await?;
+    let existing = match secrets.get_opt(&secret_name).await {
+        Err(e) if is_forbidden(&e) => return forbidden(obj, ctx, &ns, &secret_name).await,
+        read => read?,
+    };
     // Herald adds its labels and owner reference only to a Secret it creates.
     let owned = existing.as_ref().is_none_or(|s| {
         s.owner_references()
@@ -150,7 +153,12 @@ async fn apply(obj: &SigningSecret, ctx: &Context) -> Result<Action, Error> {
     // Write: the Secret first, so the published keys are always ones it holds.
     if let Some(keys) = &outcome.keys {
         if outcome.write_secret {
-            write_secret(&secrets, obj, &ns, &secret_name, keys, owned).await?;
+            match write_secret(&secrets, obj, &ns, &secret_name, keys, owned).await {
+                Err(Error::Kube(e)) if is_forbidden(&e) => {
+                    return forbidden(obj, ctx, &ns, &secret_name).await;
+                }
+                written => written?,
+            }
         }
         let value = serde_json::to_vec(&keys.key_set()).unwrap_or_default();
         nats::put_if_changed(&ctx.config_kv, &keyset_key(&ns, &name), value).await?;
@@ -167,6 +175,34 @@ async fn apply(obj: &SigningSecret, ctx: &Context) -> Result<Action, Error> {
             .await;
     }
     Ok(Action::requeue(outcome.requeue))
+}
+
+/// Whether the API server refused the operator's identity (RBAC).
+fn is_forbidden(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.is_forbidden())
+}
+
+/// The operator may not read or write Secrets in this namespace: the platform team has
+/// not granted it (see the chart's README, "RBAC"). Said in the status, looked at again
+/// after [`plan::FORBIDDEN_RETRY`]; the last published keys keep signing.
+async fn forbidden(
+    obj: &SigningSecret,
+    ctx: &Context,
+    ns: &str,
+    secret_name: &str,
+) -> Result<Action, Error> {
+    tracing::warn!(
+        namespace = ns,
+        secret = secret_name,
+        "the operator may not read or write Secrets in this namespace"
+    );
+    let status = plan::forbidden(obj, ns, secret_name, Timestamp::now());
+    if obj.status.as_ref() != Some(&status) {
+        ctx.plumbing
+            .apply_status(ns, &obj.name_any(), names::FIELD_MANAGER, &status)
+            .await?;
+    }
+    Ok(Action::requeue(plan::FORBIDDEN_RETRY))
 }
 
 async fn write_secret(
@@ -188,28 +224,35 @@ async fn write_secret(
     Ok(())
 }
 
-/// Runs the controller until `stop` resolves.
+/// Runs the controller until `stop` resolves. With `watch_secrets`, the Secrets Herald
+/// generated (found by label in the watched namespace) trigger their SigningSecret, so a
+/// hand edit is picked up at once; that needs list and watch of Secrets there. Without it,
+/// [`plan::RESYNC`] picks edits up.
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<String>,
+    watch_secrets: bool,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.plumbing.client.clone();
-    Controller::new(
+    let mut controller = Controller::new(
         crate::scoped_api::<Guarded>(client.clone(), namespace.as_deref()),
         watcher::Config::default(),
-    )
-    .owns(
-        crate::scoped_api::<Secret>(client, namespace.as_deref()),
-        watcher::Config::default().labels(&format!(
-            "{}={}",
-            names::MANAGED_BY_LABEL,
-            names::MANAGED_BY
-        )),
-    )
-    .trigger_backoff(reconcile::watch_backoff())
-    .graceful_shutdown_on(stop)
-    .run(reconcile, error_policy, ctx)
-    .for_each(|_| async {})
-    .await;
+    );
+    if watch_secrets {
+        controller = controller.owns(
+            crate::scoped_api::<Secret>(client, namespace.as_deref()),
+            watcher::Config::default().labels(&format!(
+                "{}={}",
+                names::MANAGED_BY_LABEL,
+                names::MANAGED_BY
+            )),
+        );
+    }
+    controller
+        .trigger_backoff(reconcile::watch_backoff())
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
 }

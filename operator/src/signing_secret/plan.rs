@@ -19,9 +19,14 @@ use kube::ResourceExt;
 use super::keys::{BadData, Keys, Stored, key_id};
 use crate::conditions::{self, Desired};
 
-/// Re-read the Secret at least this often, for Secrets Herald does not own (and
-/// therefore does not watch).
+/// Re-read the Secret at least this often: for Secrets Herald does not own (and
+/// therefore does not watch), and for all of them when Secrets are not watched (serving
+/// every namespace without cluster-wide Secret rights).
 pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// Look again this soon when the operator may not touch Secrets in the namespace: the
+/// platform team granting it should not wait for [`RESYNC`].
+pub const FORBIDDEN_RETRY: Duration = Duration::from_secs(30);
 
 /// What one reconcile does to the keys.
 #[derive(Debug, PartialEq, Eq)]
@@ -192,6 +197,33 @@ fn invalid(obj: &SigningSecret, secret_name: &str, bad: &BadData, now: Timestamp
     }
 }
 
+/// The status of a SigningSecret whose Secret the operator may not read or write: its
+/// identity has no rights on Secrets in `ns`. Nothing else changes (key ids, last
+/// rotation): the last published keys keep signing.
+pub fn forbidden(
+    obj: &SigningSecret,
+    ns: &str,
+    secret_name: &str,
+    now: Timestamp,
+) -> SigningSecretStatus {
+    let old = obj.status.clone().unwrap_or_default();
+    let message = format!(
+        "Herald may not read or write Secret {secret_name}: its operator has no rights on Secrets in namespace {ns}. Ask the platform team to add {ns} to the chart's operator.tenantNamespaces, or to bind the ClusterRole <release>-herald-operator-secrets to the operator's ServiceAccount with a RoleBinding in {ns}; retried every {}s",
+        FORBIDDEN_RETRY.as_secs()
+    );
+    let ready = Desired::new(condition::READY, false, reason::SECRET_FORBIDDEN, message);
+    SigningSecretStatus {
+        conditions: conditions::merge(
+            &old.conditions,
+            &conditions::ready_with_kstatus(ready),
+            obj.metadata.generation,
+            &Time(now),
+        ),
+        observed_generation: obj.metadata.generation,
+        ..old
+    }
+}
+
 /// When the overlap ends or the next scheduled rotation is due, at most [`RESYNC`].
 fn next_check(
     obj: &SigningSecret,
@@ -316,5 +348,34 @@ mod tests {
             ("False", "InvalidSpec")
         );
         assert!(ready.message.contains("`current`"), "{}", ready.message);
+    }
+
+    #[test]
+    fn no_rights_on_secrets_is_said_in_the_status_and_waits_for_the_grant() {
+        let now = Timestamp::now();
+        let obj = secret(json!({}), json!({"activeKeyId": "abc"}));
+        let status = forbidden(&obj, "tenant-a", "keys", now);
+        assert_eq!(status.active_key_id.as_deref(), Some("abc"), "keys kept");
+        let ready = conditions::find(&status.conditions, condition::READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "SecretForbidden")
+        );
+        assert!(
+            ready.message.contains("namespace tenant-a")
+                && ready.message.contains("operator.tenantNamespaces"),
+            "{}",
+            ready.message
+        );
+        // Not a tenant's mistake: kstatus sees it as in progress, not failed.
+        assert!(conditions::is_true(
+            &status.conditions,
+            condition::RECONCILING
+        ));
+        assert!(!conditions::is_true(&status.conditions, condition::STALLED));
+        // Deterministic: a second pass writes nothing new.
+        let mut again = obj.clone();
+        again.status = Some(status.clone());
+        assert_eq!(forbidden(&again, "tenant-a", "keys", now), status);
     }
 }
