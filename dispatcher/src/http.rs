@@ -20,6 +20,11 @@ use herald_core::dataplane::AttemptOutcome as Outcome;
 pub const SNIPPET_BYTES: usize = 1024;
 /// Bytes of a response body read at most; the rest is not read (the connection closes).
 const MAX_BODY_READ: usize = 64 * 1024;
+/// Bytes read beyond the snippet before redacting, so a secret that starts inside the
+/// snippet is whole when it is looked for (a header value is at most 4 KiB).
+const REDACT_LOOKAHEAD: usize = 4096 + 64;
+/// What a redacted value becomes in the attempt log.
+const REDACTED: &str = "[redacted]";
 
 /// Answers a host name's addresses: the system resolver in production; tests inject one
 /// that answers differently from call to call (DNS rebinding).
@@ -142,7 +147,7 @@ pub async fn send(
         .header("content-type", "application/json")
         .header("webhook-id", attempt.event_id)
         .header("webhook-timestamp", now.to_string())
-        .header("webhook-signature", signature);
+        .header("webhook-signature", signature.as_str());
     for header in attempt.headers {
         request = request.header(header.name.as_str(), header.value.as_str());
     }
@@ -160,7 +165,8 @@ pub async fn send(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| parse_retry_after(v, now));
     let latency = started.elapsed();
-    let snippet = read_snippet(response).await;
+    let secrets = secrets(attempt.headers, &signature);
+    let snippet = read_snippet(response, &secrets).await;
     AttemptResult {
         outcome: Outcome::of_status(status),
         status: Some(status),
@@ -170,20 +176,76 @@ pub async fn send(
     }
 }
 
-async fn read_snippet(mut response: reqwest::Response) -> String {
+async fn read_snippet(mut response: reqwest::Response, secrets: &[&str]) -> String {
+    let keep = SNIPPET_BYTES + REDACT_LOOKAHEAD;
     let mut snippet = Vec::new();
     let mut read = 0;
     while let Ok(Some(chunk)) = response.chunk().await {
         read += chunk.len();
-        if snippet.len() < SNIPPET_BYTES {
-            let take = (SNIPPET_BYTES - snippet.len()).min(chunk.len());
+        if snippet.len() < keep {
+            let take = (keep - snippet.len()).min(chunk.len());
             snippet.extend_from_slice(&chunk[..take]);
         }
         if read > MAX_BODY_READ {
             break;
         }
     }
-    String::from_utf8_lossy(&snippet).into_owned()
+    redact(&String::from_utf8_lossy(&snippet), secrets)
+}
+
+/// Header names whose values are credentials: a receiver that echoes the request back
+/// (many test and debugging receivers do) must not put them into the attempt log.
+fn is_sensitive(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["authorization", "cookie"].contains(&name.as_str())
+        || [
+            "auth",
+            "token",
+            "secret",
+            "key",
+            "pass",
+            "session",
+            "credential",
+            "signature",
+        ]
+        .iter()
+        .any(|word| name.contains(word))
+}
+
+/// The values of this request that must not appear in its attempt record: the signature
+/// (each `v1,` part and its base64) and the values of sensitive custom headers.
+fn secrets<'a>(headers: &'a [Header], signature: &'a str) -> Vec<&'a str> {
+    let mut secrets: Vec<&str> = headers
+        .iter()
+        .filter(|h| is_sensitive(&h.name))
+        .map(|h| h.value.trim())
+        .collect();
+    for part in signature.split(' ') {
+        secrets.push(part);
+        secrets.extend(part.split_once(',').map(|(_, b64)| b64));
+    }
+    secrets.retain(|s| !s.is_empty());
+    // Longest first, so a value that contains another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets
+}
+
+/// `text` with every secret replaced, cut to [`SNIPPET_BYTES`] at a character boundary.
+fn redact(text: &str, secrets: &[&str]) -> String {
+    let mut text = text.to_owned();
+    for secret in secrets {
+        if text.contains(secret) {
+            text = text.replace(secret, REDACTED);
+        }
+    }
+    if text.len() > SNIPPET_BYTES {
+        let mut end = SNIPPET_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 fn classify_error(e: &reqwest::Error) -> Outcome {
@@ -212,8 +274,7 @@ fn error_chain(outcome: Outcome, e: &reqwest::Error) -> String {
         text.push_str(&err.to_string());
         source = err.source();
     }
-    text.truncate(SNIPPET_BYTES);
-    text
+    redact(&text, &[])
 }
 
 #[cfg(test)]
@@ -459,5 +520,116 @@ mod tests {
         );
         assert_eq!(count(&allowlisted), 1);
         assert_eq!(count(&neighbour), 0);
+    }
+
+    #[test]
+    fn secrets_are_redacted_before_the_snippet_is_cut() {
+        let headers = [
+            Header {
+                name: "Authorization".into(),
+                value: "Bearer abc123".into(),
+            },
+            Header {
+                name: "X-Api-Key".into(),
+                value: "k-9".into(),
+            },
+            Header {
+                name: "X-Tenant".into(),
+                value: "shop".into(),
+            },
+        ];
+        let signature = "v1,AAAA/bbbb= v1,CCCC+dddd=";
+        let secrets = secrets(&headers, signature);
+        for s in [
+            "Bearer abc123",
+            "k-9",
+            "v1,AAAA/bbbb=",
+            "AAAA/bbbb=",
+            "CCCC+dddd=",
+        ] {
+            assert!(secrets.contains(&s), "{s} is not redacted: {secrets:?}");
+        }
+        assert!(!secrets.contains(&"shop"));
+        let echoed = r#"{"authorization":"Bearer abc123","x-tenant":"shop","sig":"v1,AAAA/bbbb= v1,CCCC+dddd="}"#;
+        assert_eq!(
+            redact(echoed, &secrets),
+            r#"{"authorization":"[redacted]","x-tenant":"shop","sig":"[redacted] [redacted]"}"#
+        );
+        // A secret across the snippet's end is replaced whole, not cut in two.
+        let padded = format!("{}Bearer abc123 and more", "p".repeat(SNIPPET_BYTES - 5));
+        let snippet = redact(&padded, &secrets);
+        assert_eq!(snippet.len(), SNIPPET_BYTES);
+        assert!(snippet.ends_with("p[reda"), "{snippet}");
+        // Cut at a character boundary.
+        assert_eq!(redact(&"é".repeat(SNIPPET_BYTES), &[]).len(), SNIPPET_BYTES);
+    }
+
+    /// A receiver that echoes the request head back (as debugging receivers do): the
+    /// attempt log gets the echo with the credentials redacted.
+    #[tokio::test]
+    async fn an_echoed_request_is_logged_without_its_credentials() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        crate::install_crypto_provider();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = head;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            }
+        });
+        let policy = Arc::new(AddressPolicy::loopback_for_tests());
+        let http = client(policy.clone()).expect("a client");
+        let keys = [SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()];
+        let token = "Bearer 0123456789abcdef0123456789abcdef";
+        let headers = [
+            Header {
+                name: "Authorization".into(),
+                value: token.into(),
+            },
+            Header {
+                name: "X-Tenant".into(),
+                value: "shop".into(),
+            },
+        ];
+        let url = format!("http://127.0.0.1:{port}/");
+        let result = send(
+            &http,
+            &policy,
+            Attempt {
+                url: &url,
+                event_id: "msg_1",
+                body: Bytes::from_static(b"{}"),
+                keys: &keys,
+                headers: &headers,
+                timeout: Duration::from_secs(5),
+            },
+        )
+        .await;
+        assert_eq!(result.outcome, Outcome::Success, "{}", result.snippet);
+        let snippet = &result.snippet;
+        assert!(snippet.len() <= SNIPPET_BYTES);
+        assert!(
+            snippet.contains("webhook-signature: [redacted]"),
+            "{snippet}"
+        );
+        assert!(snippet.contains("authorization: [redacted]"), "{snippet}");
+        assert!(snippet.contains("x-tenant: shop"), "{snippet}");
+        // No piece of the token either, however the snippet was cut.
+        assert!(!snippet.contains("0123456789abcdef"), "{snippet}");
+        assert!(!snippet.contains("v1,"), "{snippet}");
     }
 }
