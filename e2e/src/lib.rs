@@ -41,6 +41,7 @@ pub struct TestEnv {
 static ENV: OnceLock<TestEnv> = OnceLock::new();
 static PRIVATE_ENV: OnceLock<TestEnv> = OnceLock::new();
 static PRIVATE_CLUSTER_ENV: OnceLock<TestEnv> = OnceLock::new();
+static PRIVATE_SECURE_ENV: OnceLock<TestEnv> = OnceLock::new();
 static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The test environment of this run, started on first use when none was given.
@@ -63,6 +64,20 @@ pub fn private_env() -> &'static TestEnv {
 /// and kill nodes should also hold [`fault_lock`].
 pub fn private_cluster_env() -> &'static TestEnv {
     PRIVATE_CLUSTER_ENV.get_or_init(|| TestEnv::start_with("cluster", &["--nats-cluster", "3"]))
+}
+
+/// An environment of this test process alone whose NATS runs the way production should:
+/// TLS with verified client certificates and the permission model of
+/// `examples/nats/herald-accounts.conf`, unchanged (`testenv run --nats-secure`). Every
+/// client needs an identity: [`TestEnv::nats`] is the admin, [`TestEnv::nats_as`] and
+/// [`TestEnv::nats_flags`] give the others (`operator`, `dispatcher`,
+/// `producer-tenant-a`, `producer-tenant-b`; `stranger` has a certificate of another CA).
+pub fn private_secure_env() -> &'static TestEnv {
+    PRIVATE_SECURE_ENV.get_or_init(|| {
+        let accounts = repo_root().join("examples/nats/herald-accounts.conf");
+        let accounts = accounts.to_str().expect("a UTF-8 repository path");
+        TestEnv::start_with("secure", &["--nats-secure", accounts])
+    })
 }
 
 /// Resolves when the process that started this one is gone: test binaries (the test
@@ -168,6 +183,58 @@ impl TestEnv {
         }
     }
 
+    /// The directory of the certificates and NKey seeds of a secure environment
+    /// ([`private_secure_env`]), `None` for the others.
+    pub fn nats_secure_dir(&self) -> Option<PathBuf> {
+        let dir = self.dir.join("nats-secure");
+        dir.join("ca.pem").exists().then_some(dir)
+    }
+
+    /// The flags (`--nats-tls-*`, `--nats-nkey`) that make a Herald binary connect to a
+    /// secure environment as `identity`; none for the others.
+    pub fn nats_flags(&self, identity: &str) -> Vec<String> {
+        let Some(dir) = self.nats_secure_dir() else {
+            return Vec::new();
+        };
+        let file = |name: String| dir.join(name).display().to_string();
+        vec![
+            "--nats-tls-ca".into(),
+            file("ca.pem".into()),
+            "--nats-tls-cert".into(),
+            file(format!("{identity}.crt")),
+            "--nats-tls-key".into(),
+            file(format!("{identity}.key")),
+            "--nats-nkey".into(),
+            file(format!("{identity}.nk")),
+        ]
+    }
+
+    /// Connection options of `identity` (TLS with its client certificate, its NKey) in a
+    /// secure environment; plain options in the others.
+    pub fn nats_as(&self, identity: &str) -> async_nats::ConnectOptions {
+        let options = async_nats::ConnectOptions::new();
+        let Some(dir) = self.nats_secure_dir() else {
+            return options;
+        };
+        // rustls needs one process-wide crypto provider (several are linked in).
+        herald_dispatcher::install_crypto_provider();
+        let seed = std::fs::read_to_string(dir.join(format!("{identity}.nk")))
+            .unwrap_or_else(|e| panic!("reading the NKey seed of {identity}: {e}"));
+        options
+            .add_root_certificates(dir.join("ca.pem"))
+            .add_client_certificate(
+                dir.join(format!("{identity}.crt")),
+                dir.join(format!("{identity}.key")),
+            )
+            .require_tls(true)
+            .nkey(seed.trim().to_owned())
+    }
+
+    /// The nats-server log of a single-server environment.
+    pub fn nats_log(&self) -> PathBuf {
+        self.dir.join("nats.log")
+    }
+
     /// The admin kubeconfig of the environment.
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
@@ -191,8 +258,10 @@ impl TestEnv {
 
     /// A NATS client connected to the environment's JetStream-enabled server (in a cluster
     /// environment: to one of its nodes, failing over to the others).
+    /// In a secure environment, as the `admin` identity (everything in Herald's account).
     pub async fn nats(&self) -> async_nats::Client {
-        async_nats::connect(self.nats_nodes.clone())
+        self.nats_as("admin")
+            .connect(self.nats_nodes.clone())
             .await
             .expect("connecting to NATS")
     }
