@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use herald_e2e::helm::{ok, output};
-use herald_e2e::{env, free_port, repo_root, unique_name};
+use herald_e2e::{env, free_port, repo_root, unique_name, workspace_binary};
 use serde_json::Value;
 
 const IMAGES: [&str; 2] = ["herald-operator", "herald-dispatcher"];
@@ -79,20 +79,10 @@ impl Drop for Process {
 
 /// The workspace binaries of this build (cargo builds them beside the tests), stripped.
 fn stripped_binaries(dir: &Path) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let built = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
     let out = dir.join("bin");
     std::fs::create_dir_all(&out).expect("creating the binary dir");
     for name in IMAGES {
-        let binary = built.join(name);
-        assert!(
-            binary.exists(),
-            "{} is not built (cargo build --workspace --bins builds it)",
-            binary.display()
-        );
+        let binary = workspace_binary(name);
         let mut strip = Command::new("objcopy");
         strip.arg("--strip-debug").arg(&binary).arg(out.join(name));
         ok(strip, None);
