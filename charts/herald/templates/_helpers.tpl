@@ -95,3 +95,61 @@ deprecated operator.watchNamespace); empty: every namespace. */}}
 {{- with .Values.operator.watchNamespace }}{{ $tenants = append $tenants . }}{{ end }}
 {{- $tenants | uniq | join "," }}
 {{- end }}
+
+{{/* NATS TLS and the NATS identity of one binary, from Secrets mounted read-only:
+(dict "root" $ "identity" .Values.nats.<binary>Identity "what" "<binary>Identity").
+"herald.natsEnv" gives the environment, "herald.natsVolumeMounts" and
+"herald.natsVolumes" the mounts (empty when nothing is set). */}}
+{{- define "herald.natsEnv" -}}
+{{- $root := .root }}
+{{- $id := .identity }}
+{{- with $root.Values.nats.tls.caSecret }}
+- name: HERALD_NATS_TLS_CA
+  value: /etc/herald/nats-ca/{{ $root.Values.nats.tls.caFile }}
+{{- end }}
+{{- if $id.secret }}
+{{- if $id.certFile }}
+- name: HERALD_NATS_TLS_CERT
+  value: /etc/herald/nats-identity/{{ $id.certFile }}
+- name: HERALD_NATS_TLS_KEY
+  value: /etc/herald/nats-identity/{{ required (printf "nats.%s.keyFile is required with certFile" .what) $id.keyFile }}
+{{- end }}
+{{- if and $id.credsFile $id.nkeyFile }}
+{{- fail (printf "nats.%s: set credsFile or nkeyFile, not both" .what) }}
+{{- end }}
+{{- with $id.credsFile }}
+- name: HERALD_NATS_CREDS
+  value: /etc/herald/nats-identity/{{ . }}
+{{- end }}
+{{- with $id.nkeyFile }}
+- name: HERALD_NATS_NKEY
+  value: /etc/herald/nats-identity/{{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "herald.natsVolumeMounts" -}}
+{{- if .root.Values.nats.tls.caSecret }}
+- name: nats-ca
+  mountPath: /etc/herald/nats-ca
+  readOnly: true
+{{- end }}
+{{- if .identity.secret }}
+- name: nats-identity
+  mountPath: /etc/herald/nats-identity
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "herald.natsVolumes" -}}
+{{- with .root.Values.nats.tls.caSecret }}
+- name: nats-ca
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- with .identity.secret }}
+- name: nats-identity
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- end }}
