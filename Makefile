@@ -51,6 +51,10 @@ fmt: ## Format Rust and Go code
 	cargo fmt --all
 	gofmt -w e2e/testenv scripts/ocibuild
 
+.PHONY: fuzz
+fuzz: ## Fuzz each target of fuzz/ for FUZZ_SECONDS (default 300) with cargo-fuzz; docs/fuzzing.md
+	scripts/fuzz.sh $(or $(FUZZ_SECONDS),300) $(FUZZ_TARGETS)
+
 lint: ## Clippy with warnings as errors
 	cargo clippy --workspace --all-targets -- -D warnings
 

@@ -36,6 +36,11 @@ step "build tests"
 cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-run
 
+step "fuzz (short run)"
+# Each fuzz target of fuzz/ for a few seconds (docs/fuzzing.md); the build is incremental
+# in ~/.cache/herald/fuzz-target. A crash fails the run and is kept in fuzz/artifacts/.
+scripts/fuzz.sh "${HERALD_FUZZ_SECONDS:-10}"
+
 step "start the test environment"
 state="$(mktemp -d "${TMPDIR:-/tmp}/herald-testenv.XXXXXX")"
 cleanup() { scripts/testenv.sh down "$state" || true; rm -rf "$state"; }
