@@ -4,8 +4,9 @@
 //! an invalid event — and then every log line of both processes, every
 //! Kubernetes Event of the namespace, every status field, every attempt record, every
 //! dead letter and both `/metrics` pages are searched for the signing keys (as `whsec_`
-//! strings and as the bare base64 of the key) and the receivers' header values: none may
-//! appear.
+//! strings and as the bare base64 of the key), the NATS credentials of both processes
+//! (NKey seeds, TLS client keys: the environment is `testenv --nats-secure`) and the
+//! receivers' header values: none may appear.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
 use herald_e2e::dataplane::{DataPlane, read_all};
 use herald_e2e::faults::{Dispatchers, Operators};
 use herald_e2e::receiver::{Behavior, Receiver};
-use herald_e2e::{TestContext, eventually, fault_lock, free_port, private_env};
+use herald_e2e::{TestContext, TestEnv, eventually, fault_lock, free_port, private_secure_env};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -48,6 +49,29 @@ async fn keys(ctx: &TestContext) -> Vec<String> {
     found
 }
 
+/// The NATS credentials Herald's processes used: their NKey seeds and each base64 line of
+/// their TLS client keys.
+fn nats_secrets(env: &TestEnv) -> Vec<String> {
+    let dir = env.nats_secure_dir().expect("a secure environment");
+    let mut found = Vec::new();
+    for identity in ["operator", "dispatcher"] {
+        let seed = std::fs::read_to_string(dir.join(format!("{identity}.nk"))).expect("seed");
+        found.push(seed.trim().to_owned());
+        let key = std::fs::read_to_string(dir.join(format!("{identity}.key"))).expect("key");
+        found.extend(
+            key.lines()
+                .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+                .map(str::to_owned),
+        );
+    }
+    assert!(
+        found.len() >= 4,
+        "no NATS credentials found in {}",
+        dir.display()
+    );
+    found
+}
+
 async fn get_text(url: String) -> String {
     let response = reqwest::Client::new()
         .get(url)
@@ -61,19 +85,24 @@ async fn get_text(url: String) -> String {
 #[tokio::test]
 async fn no_key_or_header_value_appears_in_logs_events_status_attempts_or_metrics() {
     let _lock = fault_lock().await;
-    let env = private_env();
+    // NATS with TLS client certificates and NKeys: their secrets are searched for too.
+    let env = private_secure_env();
     let ctx = TestContext::new_in(env, "secrets").await;
     let ns = ctx.namespace.clone();
     let dp = DataPlane::new(ctx.nats.clone()).await;
     let rx = Receiver::start().await;
     let token = format!("Bearer tok-{}", herald_e2e::unique_name("s3cr3t"));
     let (op_port, disp_port) = (free_port(), free_port());
-    let mut operators = Operators::new(OPERATOR, env, &ns, "secrets")
-        .with_args(&["--listen", &format!("127.0.0.1:{op_port}")]);
+    let mut operator_flags = env.nats_flags("operator");
+    operator_flags.extend(["--listen".into(), format!("127.0.0.1:{op_port}")]);
+    let flags: Vec<&str> = operator_flags.iter().map(String::as_str).collect();
+    let mut operators = Operators::new(OPERATOR, env, &ns, "secrets").with_args(&flags);
     operators.set_env("RUST_LOG", "debug");
     operators.start("op0");
-    let mut dispatchers = Dispatchers::new(DISPATCHER, env.nats_url(), "secrets")
-        .with_args(&["--listen", &format!("127.0.0.1:{disp_port}")]);
+    let mut dispatcher_flags = env.nats_flags("dispatcher");
+    dispatcher_flags.extend(["--listen".into(), format!("127.0.0.1:{disp_port}")]);
+    let flags: Vec<&str> = dispatcher_flags.iter().map(String::as_str).collect();
+    let mut dispatchers = Dispatchers::new(DISPATCHER, env.nats_url(), "secrets").with_args(&flags);
     dispatchers.set_env("RUST_LOG", "debug");
     dispatchers.start("d0");
 
@@ -233,6 +262,12 @@ async fn no_key_or_header_value_appears_in_logs_events_status_attempts_or_metric
         .map(|k| ("a signing key", k.as_str()))
         .collect();
     needles.push(("the Authorization header value", bare_token.as_str()));
+    let nats_secrets = nats_secrets(env);
+    needles.extend(
+        nats_secrets
+            .iter()
+            .map(|s| ("a NATS credential", s.as_str())),
+    );
     let mut leaks = Vec::new();
     for (place, text) in &haystacks {
         for (what, needle) in &needles {
