@@ -28,7 +28,7 @@ import (
 )
 
 const usage = `usage:
-  testenv run --dir DIR [--keep] [--nats-port N | --nats-cluster N | --nats-secure ACCOUNTS.conf] [--parent-pid PID] [--exit-on-stdin-eof]
+  testenv run --dir DIR [--keep] [--nats-port N | --nats-cluster N | --nats-secure ACCOUNTS.conf [--nats-jwt]] [--parent-pid PID] [--exit-on-stdin-eof]
   testenv nats-restart --dir DIR
   testenv nats-kill --dir DIR --node I      (--nats-cluster only: SIGKILL node I)
   testenv nats-start --dir DIR --node I     (--nats-cluster only: start node I again)
@@ -53,6 +53,7 @@ func main() {
 		fs.IntVar(&o.natsPort, "nats-port", 0, "NATS client port (default: a free port)")
 		fs.IntVar(&o.natsCluster, "nats-cluster", 1, "number of nats-server nodes; >= 2: a JetStream cluster of child processes")
 		fs.StringVar(&o.natsSecure, "nats-secure", "", "accounts file (examples/nats/herald-accounts.conf): NATS with TLS, verified client certificates and these accounts; certificates and NKey seeds in DIR/nats-secure/")
+		fs.BoolVar(&o.natsJWT, "nats-jwt", false, "with --nats-secure: the same accounts and permissions in operator (JWT) mode, a memory resolver and a .creds file per identity in DIR/nats-secure/")
 		fs.IntVar(&o.parentPID, "parent-pid", 0, "exit when this process is gone (polled every second)")
 		fs.BoolVar(&o.stdinEOF, "exit-on-stdin-eof", false, "exit when stdin is closed")
 		fs.Parse(os.Args[2:])
@@ -95,6 +96,7 @@ type runOpts struct {
 	natsPort    int
 	natsCluster int
 	natsSecure  string
+	natsJWT     bool
 	parentPID   int
 	stdinEOF    bool
 }
@@ -115,6 +117,9 @@ func run(o runOpts) (err error) {
 	}
 	if o.natsCluster > 1 && o.natsSecure != "" {
 		return errors.New("--nats-secure runs a single server; it cannot be combined with --nats-cluster")
+	}
+	if o.natsJWT && o.natsSecure == "" {
+		return errors.New("--nats-jwt needs --nats-secure ACCOUNTS.conf (the accounts it turns into JWTs)")
 	}
 	start := time.Now()
 	dir, err := filepath.Abs(o.dir)
@@ -209,7 +214,7 @@ func run(o runOpts) (err error) {
 	} else {
 		var base *server.Options
 		if o.natsSecure != "" {
-			if base, err = natsSecureOptions(dir, dataDir, o.natsSecure); err != nil {
+			if base, err = natsSecureOptions(dir, dataDir, o.natsSecure, o.natsJWT); err != nil {
 				return err
 			}
 		}

@@ -30,7 +30,10 @@ var secureIdentities = []string{"operator", "dispatcher", "admin", "producer-ten
 //
 // DIR/nats-secure/ holds ca.pem, server.{crt,key}, <identity>.{crt,key,nk} and, for
 // refusal tests, stranger.{crt,key} (a client certificate of another CA).
-func natsSecureOptions(stateDir, dataDir, accountsFile string) (*server.Options, error) {
+//
+// With jwtMode (--nats-jwt) the same accounts and permissions run in operator mode
+// instead: see natsJWTOptions.
+func natsSecureOptions(stateDir, dataDir, accountsFile string, jwtMode bool) (*server.Options, error) {
 	accounts, err := os.ReadFile(accountsFile)
 	if err != nil {
 		return nil, fmt.Errorf("--nats-secure: %w", err)
@@ -107,6 +110,9 @@ include herald-accounts.conf
 	opts, err := server.ProcessConfigFile(confFile)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %s with %s: %w", confFile, accountsFile, err)
+	}
+	if jwtMode {
+		return natsJWTOptions(out, confDir, accountsFile, opts)
 	}
 	return opts, nil
 }
