@@ -25,6 +25,8 @@ const MAX_BODY_READ: usize = 64 * 1024;
 const REDACT_LOOKAHEAD: usize = 4096 + 64;
 /// What a redacted value becomes in the attempt log.
 const REDACTED: &str = "[redacted]";
+/// The snippet of a response that cannot be redacted field by field.
+const NOT_KEPT: &str = "[response not kept: not complete JSON and redactResponseFields is set]";
 
 /// Answers a host name's addresses: the system resolver in production; tests inject one
 /// that answers differently from call to call (DNS rebinding).
@@ -115,6 +117,9 @@ pub struct Attempt<'a> {
     pub keys: &'a [SigningKey],
     pub headers: &'a [Header],
     pub timeout: Duration,
+    /// JSON Pointers into the response body whose values the attempt log must not keep
+    /// (`spec.delivery.redactResponseFields`).
+    pub redact_fields: &'a [String],
 }
 
 /// Sends one attempt. Never panics and never takes longer than `timeout` (plus the time
@@ -166,7 +171,7 @@ pub async fn send(
         .and_then(|v| parse_retry_after(v, now));
     let latency = started.elapsed();
     let secrets = secrets(attempt.headers, &signature);
-    let snippet = read_snippet(response, &secrets).await;
+    let snippet = read_snippet(response, attempt.redact_fields, &secrets).await;
     AttemptResult {
         outcome: Outcome::of_status(status),
         status: Some(status),
@@ -176,21 +181,60 @@ pub async fn send(
     }
 }
 
-async fn read_snippet(mut response: reqwest::Response, secrets: &[&str]) -> String {
-    let keep = SNIPPET_BYTES + REDACT_LOOKAHEAD;
-    let mut snippet = Vec::new();
+/// Reads what the attempt log keeps of a response. Without fields to redact only the
+/// snippet and the look-ahead are kept in memory; with them the whole body read (at most
+/// [`MAX_BODY_READ`]) is, since JSON can only be redacted once it is parsed whole.
+async fn read_snippet(
+    mut response: reqwest::Response,
+    fields: &[String],
+    secrets: &[&str],
+) -> String {
+    let keep = if fields.is_empty() {
+        SNIPPET_BYTES + REDACT_LOOKAHEAD
+    } else {
+        MAX_BODY_READ
+    };
+    let mut body = Vec::new();
     let mut read = 0;
-    while let Ok(Some(chunk)) = response.chunk().await {
-        read += chunk.len();
-        if snippet.len() < keep {
-            let take = (keep - snippet.len()).min(chunk.len());
-            snippet.extend_from_slice(&chunk[..take]);
+    let complete = loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                read += chunk.len();
+                if body.len() < keep {
+                    let take = (keep - body.len()).min(chunk.len());
+                    body.extend_from_slice(&chunk[..take]);
+                }
+                if read > MAX_BODY_READ {
+                    break false;
+                }
+            }
+            Ok(None) => break true,
+            Err(_) => break false,
         }
-        if read > MAX_BODY_READ {
-            break;
+    };
+    snippet(&body, complete, fields, secrets)
+}
+
+/// The attempt log's snippet of a response body: with `fields`, the body's JSON with
+/// the value at each pointer replaced (or a note saying the body was not kept, when it
+/// is not one complete JSON document: anything kept raw could hold those fields); then
+/// the secrets replaced and the text cut to [`SNIPPET_BYTES`].
+fn snippet(body: &[u8], complete: bool, fields: &[String], secrets: &[&str]) -> String {
+    if fields.is_empty() || body.trim_ascii().is_empty() {
+        return redact(&String::from_utf8_lossy(body), secrets);
+    }
+    let parsed = complete
+        .then(|| serde_json::from_slice::<serde_json::Value>(body).ok())
+        .flatten();
+    let Some(mut json) = parsed else {
+        return NOT_KEPT.to_owned();
+    };
+    for field in fields {
+        if let Some(value) = json.pointer_mut(field) {
+            *value = serde_json::Value::String(REDACTED.to_owned());
         }
     }
-    redact(&String::from_utf8_lossy(&snippet), secrets)
+    redact(&json.to_string(), secrets)
 }
 
 /// Header names whose values are credentials: a receiver that echoes the request back
@@ -310,6 +354,7 @@ mod tests {
                 keys: &keys,
                 headers: &[],
                 timeout: Duration::from_secs(1),
+                redact_fields: &[],
             };
             let result = send(&http, &policy, attempt).await;
             assert_eq!(result.outcome, outcome, "{url}");
@@ -411,6 +456,7 @@ mod tests {
             keys: &keys,
             headers: &[],
             timeout: Duration::from_secs(5),
+            redact_fields: &[],
         };
         send(http, policy, attempt).await
     }
@@ -564,6 +610,193 @@ mod tests {
         assert_eq!(redact(&"é".repeat(SNIPPET_BYTES), &[]).len(), SNIPPET_BYTES);
     }
 
+    fn fields(pointers: &[&str]) -> Vec<String> {
+        pointers.iter().map(|p| (*p).to_owned()).collect()
+    }
+
+    /// The value at each pointer is redacted wherever it is (nested objects, array
+    /// elements, escaped names, whole sub-documents); the rest of the body is kept;
+    /// pointers that match nothing change nothing.
+    #[test]
+    fn configured_json_fields_are_redacted_from_the_snippet() {
+        let body = br#"{"token":"t-123","user":{"email":"a@example.com","name":"Ann"},
+            "items":[{"secret":"s-0","id":1},{"secret":"s-1","id":2}],
+            "a/b":"slash","nested":{"deep":{"x":1}},"ok":true}"#;
+        let redacted = snippet(
+            body,
+            true,
+            &fields(&[
+                "/token",
+                "/user/email",
+                "/items/1/secret",
+                "/a~1b",
+                "/nested",
+                "/missing",
+                "/user/email/deeper",
+                "/items/7/secret",
+            ]),
+            &[],
+        );
+        let json: serde_json::Value = serde_json::from_str(&redacted).expect(&redacted);
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "token": "[redacted]",
+                "user": {"email": "[redacted]", "name": "Ann"},
+                "items": [{"secret": "s-0", "id": 1}, {"secret": "[redacted]", "id": 2}],
+                "a/b": "[redacted]",
+                "nested": "[redacted]",
+                "ok": true
+            })
+        );
+        // Without fields, the body is kept as it came (cut, secrets redacted).
+        let raw = snippet(body, true, &[], &[]);
+        assert_eq!(raw.as_bytes(), &body[..]);
+    }
+
+    /// Field redaction comes first, then the secrets, then the cut: a large response
+    /// whose redacted JSON is long still ends up within the snippet size, without the
+    /// configured fields or the request's secrets.
+    #[test]
+    fn field_redaction_runs_before_the_secrets_and_the_cut() {
+        let filler = "x".repeat(4 * SNIPPET_BYTES);
+        let body = serde_json::json!({
+            "token": "t-123",
+            "echo": "Bearer abc123",
+            "filler": filler,
+        })
+        .to_string();
+        let redacted = snippet(
+            body.as_bytes(),
+            true,
+            &fields(&["/token"]),
+            &["Bearer abc123"],
+        );
+        assert!(redacted.len() <= SNIPPET_BYTES);
+        assert!(
+            redacted.starts_with(r#"{"echo":"[redacted]","filler":"xxx"#),
+            "{redacted}"
+        );
+        assert!(!redacted.contains("t-123"), "{redacted}");
+    }
+
+    /// With fields configured, a body that is not one complete JSON document is not kept:
+    /// not JSON, JSON followed by more, truncated JSON, a body cut at the read limit.
+    #[test]
+    fn a_body_that_is_not_complete_json_is_not_kept_when_fields_are_set() {
+        let with = fields(&["/token"]);
+        for (body, complete) in [
+            (&b"token=t-123"[..], true),
+            (&b"<html>t-123</html>"[..], true),
+            (&br#"{"token":"t-123"} {"token":"t-456"}"#[..], true),
+            (&br#"{"token":"t-123","more":"#[..], true),
+            (&br#"{"token":"t-123"}"#[..], false),
+            (&[0xff, 0xfe, b'{', b'}'][..], true),
+        ] {
+            assert_eq!(
+                snippet(body, complete, &with, &[]),
+                NOT_KEPT,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            // Without fields, such bodies are kept as before.
+            assert_ne!(snippet(body, complete, &[], &[]), NOT_KEPT);
+        }
+        // An empty body has nothing to hide.
+        assert_eq!(snippet(b"", true, &with, &[]), "");
+        assert_eq!(snippet(b" \n", true, &with, &[]), " \n");
+        // A JSON scalar is complete JSON: kept, nothing matched.
+        assert_eq!(snippet(b" 42 ", true, &with, &[]), "42");
+    }
+
+    /// A receiver on loopback that answers `body` (with a `content-length`) to every
+    /// request.
+    async fn answering(body: Vec<u8>) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let body = Arc::new(body);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    let _ = stream.write_all(&body).await;
+                });
+            }
+        });
+        port
+    }
+
+    async fn send_to(port: u16, redact_fields: &[String]) -> AttemptResult {
+        crate::install_crypto_provider();
+        let policy = Arc::new(AddressPolicy::loopback_for_tests());
+        let http = client(policy.clone()).expect("a client");
+        let keys = [SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()];
+        let url = format!("http://127.0.0.1:{port}/");
+        send(
+            &http,
+            &policy,
+            Attempt {
+                url: &url,
+                event_id: "msg_1",
+                body: Bytes::from_static(b"{}"),
+                keys: &keys,
+                headers: &[],
+                timeout: Duration::from_secs(5),
+                redact_fields,
+            },
+        )
+        .await
+    }
+
+    /// Over a real connection: a JSON answer larger than the snippet (but within the read
+    /// limit) is parsed whole and redacted; one over the read limit is not kept.
+    #[tokio::test]
+    async fn responses_are_redacted_whole_or_not_kept() {
+        let with = fields(&["/user/token"]);
+        // Bigger than the snippet and its look-ahead: it has to be read whole to parse.
+        let within = serde_json::json!({
+            "user": {"token": "t-123", "id": 7},
+            "zpadding": "p".repeat(20 * 1024),
+        });
+        let port = answering(within.to_string().into_bytes()).await;
+        let result = send_to(port, &with).await;
+        assert_eq!(result.outcome, Outcome::Success, "{}", result.snippet);
+        assert_eq!(result.snippet.len(), SNIPPET_BYTES);
+        assert!(
+            result
+                .snippet
+                .starts_with(r#"{"user":{"id":7,"token":"[redacted]"},"zpadding":"ppp"#),
+            "{}",
+            result.snippet
+        );
+
+        let over = serde_json::json!({
+            "user": {"token": "t-123"},
+            "zpadding": "p".repeat(MAX_BODY_READ),
+        });
+        let port = answering(over.to_string().into_bytes()).await;
+        let result = send_to(port, &with).await;
+        assert_eq!(result.outcome, Outcome::Success, "{}", result.snippet);
+        assert_eq!(result.snippet, NOT_KEPT);
+        // Without fields, the same answer keeps its first kilobyte as before.
+        let result = send_to(port, &[]).await;
+        assert!(result.snippet.contains("t-123"), "{}", result.snippet);
+    }
+
     /// A receiver that echoes the request head back (as debugging receivers do): the
     /// attempt log gets the echo with the credentials redacted.
     #[tokio::test]
@@ -616,6 +849,7 @@ mod tests {
                 keys: &keys,
                 headers: &headers,
                 timeout: Duration::from_secs(5),
+                redact_fields: &[],
             },
         )
         .await;

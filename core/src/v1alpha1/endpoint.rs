@@ -176,6 +176,18 @@ pub struct DeliveryPolicy {
     /// The circuit breaker that stops hammering an endpoint that keeps failing.
     #[serde(default)]
     pub circuit_breaker: CircuitBreaker,
+
+    /// Fields of the receiver's response body kept out of the attempt log, as JSON
+    /// Pointers (RFC 6901), e.g. `["/token", "/user/email", "/items/0/secret"]`: their
+    /// values become `"[redacted]"` before the first 1 KiB of the response is kept, and
+    /// the JSON is kept re-written compactly with object keys in alphabetical order. A
+    /// pointer that matches nothing is ignored. With at least one pointer set, a response
+    /// that is not one complete JSON document (not JSON, or longer than the 64 KiB Herald
+    /// reads) is not kept at all: the attempt log says so instead. The values of
+    /// credential-like request headers and the signature are always redacted. At most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::json_pointers")]
+    pub redact_response_fields: Vec<String>,
 }
 
 impl Default for DeliveryPolicy {
@@ -189,6 +201,7 @@ impl Default for DeliveryPolicy {
             disable_on_gone: true,
             disable_after: default_disable_after(),
             circuit_breaker: CircuitBreaker::default(),
+            redact_response_fields: Vec::new(),
         }
     }
 }

@@ -35,6 +35,24 @@ pub fn optional_event_type_patterns(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// `spec.delivery.redactResponseFields`: up to 16 JSON Pointers (RFC 6901), each with at
+/// least one reference token (the empty pointer, the whole document, is refused).
+pub fn json_pointers(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": 16,
+        "items": {
+            "type": "string",
+            "maxLength": 256,
+            "x-kubernetes-validations": [{
+                "rule": "self.matches('^(/([^/~]|~[01])*)+$')",
+                "message": "must be a JSON Pointer (RFC 6901) such as /user/email: '/' before each field, '~1' for a '/' and '~0' for a '~' inside a field name"
+            }],
+        },
+        "x-kubernetes-list-type": "set",
+    })
+}
+
 /// Status conditions, merged by `type` under server-side apply.
 pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
     let item =

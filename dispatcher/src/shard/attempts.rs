@@ -202,6 +202,7 @@ impl AttemptTask {
                 keys: &keys,
                 headers: &ep.config.headers,
                 timeout: delivery.timeout.get(),
+                redact_fields: &delivery.redact_response_fields,
             },
         )
         .await;
