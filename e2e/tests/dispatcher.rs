@@ -642,3 +642,77 @@ async fn a_lane_range_is_read_back_in_batches() {
     assert!(read.is_empty() && next.is_none());
     js.delete_stream(&name).await.unwrap();
 }
+
+/// A receiver whose answer carries secrets of its own: the endpoint's
+/// `redactResponseFields` keep them out of the attempt log, the rest of the answer stays.
+#[tokio::test]
+async fn configured_response_fields_are_redacted_in_the_attempt_log() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = setup("redact").await;
+    let answer = json!({
+        "status": "accepted",
+        "token": "tok-0123456789-secret",
+        "user": {"id": 7, "email": "ann@example.com"},
+        "items": [{"key": "item-key-0"}, {"key": "item-key-1"}],
+    })
+    .to_string();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                // The request is small: its head and body come in a read or two; the
+                // answer is sent once the head is in (the connection then closes).
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    let config = endpoint(
+        &s.ns,
+        "hook",
+        json!({
+            "url": format!("http://127.0.0.1:{port}/hook"),
+            "delivery": {"redactResponseFields": ["/token", "/user/email", "/items/1/key", "/absent"]},
+        }),
+    );
+    s.apply(&config).await;
+    s.dp.publish(&s.ns, "order.created", json!({"id": 1})).await;
+
+    let records = eventually("the attempt record", WAIT, || {
+        let (dp, ns) = (s.dp.clone(), s.ns.clone());
+        async move {
+            let records = dp.attempts(&ns, "hook").await;
+            (!records.is_empty()).then_some(records)
+        }
+    })
+    .await;
+    let record = &records[0];
+    assert_eq!(record["outcome"], "Success", "{record:#}");
+    let response = record["response"].as_str().expect("a response snippet");
+    for secret in ["tok-0123456789-secret", "ann@example.com", "item-key-1"] {
+        assert!(!response.contains(secret), "{secret} in {response}");
+    }
+    let kept: serde_json::Value = serde_json::from_str(response).expect("the snippet is JSON");
+    assert_eq!(
+        kept,
+        json!({
+            "status": "accepted",
+            "token": "[redacted]",
+            "user": {"id": 7, "email": "[redacted]"},
+            "items": [{"key": "item-key-0"}, {"key": "[redacted]"}],
+        })
+    );
+}

@@ -211,6 +211,18 @@ async fn invalid_endpoints_are_refused_naming_the_field() {
             json!({"headers": [{"name": "X Tenant", "value": "a"}]}),
             &["spec.headers[0].name"],
         ),
+        (
+            json!({"delivery": {"redactResponseFields": ["/token", "user.email"]}}),
+            &["spec.delivery.redactResponseFields[1]", "JSON Pointer"],
+        ),
+        (
+            json!({"delivery": {"redactResponseFields": [""]}}),
+            &["spec.delivery.redactResponseFields[0]", "JSON Pointer"],
+        ),
+        (
+            json!({"delivery": {"redactResponseFields": ["/a~2b"]}}),
+            &["spec.delivery.redactResponseFields[0]", "JSON Pointer"],
+        ),
     ];
     // A tab is the one control character a header value may hold.
     let tab = endpoint(json!({"headers": [{"name": "X-Tenant", "value": "a\tb"}]}));
@@ -224,6 +236,16 @@ async fn invalid_endpoints_are_refused_naming_the_field() {
     )
     .await
     .expect("a header value with a tab is valid");
+    let mut pointers = endpoint(json!({"delivery": {"redactResponseFields": [
+        "/token", "/user/email", "/items/0/key", "/a~1b", "/~0x", "/"
+    ]}}));
+    pointers["metadata"] = json!({"name": unique_name("pointers")});
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(pointers).unwrap(),
+    )
+    .await
+    .expect("JSON Pointers with escapes and array indexes are valid");
     for (spec, expected) in cases {
         let message = refused::<WebhookEndpoint>(&ctx, endpoint(spec.clone())).await;
         for needle in expected {

@@ -393,7 +393,8 @@ mod tests {
     fn configs_come_from_the_resource() {
         let spec = serde_json::from_value(json!({
             "url": "https://hooks.example.com/", "eventTypes": ["order.*"],
-            "secretRef": {"name": "s"}, "ordered": true
+            "secretRef": {"name": "s"}, "ordered": true,
+            "delivery": {"redactResponseFields": ["/token", "/user/email"]}
         }))
         .unwrap();
         let mut obj = WebhookEndpoint::new("orders", spec);
@@ -410,5 +411,13 @@ mod tests {
         assert!(config.ordered);
         assert_eq!(config.secret, "s");
         assert_eq!(config.enable_token.as_deref(), Some("7"));
+        // What the dispatcher reads back from the bucket carries the redaction.
+        let read: EndpointConfig =
+            serde_json::from_slice(&serde_json::to_vec(&config).unwrap()).unwrap();
+        assert_eq!(
+            read.delivery.redact_response_fields,
+            ["/token", "/user/email"]
+        );
+        assert_eq!(read, config);
     }
 }
