@@ -171,12 +171,20 @@ pub fn verify(
         .trim()
         .parse()
         .map_err(|_| VerifyError::BadTimestamp(timestamp.to_owned()))?;
-    let skew = now.saturating_sub(ts);
-    if skew > 0 && skew.unsigned_abs() > tolerance_secs {
-        return Err(VerifyError::TooOld(skew.unsigned_abs() - tolerance_secs));
+    // In i128: the distance between two i64 can exceed i64::MAX, and a saturated one
+    // would let a tolerance above 2^63 s accept a timestamp outside it.
+    let skew = i128::from(now) - i128::from(ts);
+    let beyond = |skew: i128| {
+        let past = skew
+            .unsigned_abs()
+            .saturating_sub(u128::from(tolerance_secs));
+        u64::try_from(past).unwrap_or(u64::MAX)
+    };
+    if skew > 0 && beyond(skew) > 0 {
+        return Err(VerifyError::TooOld(beyond(skew)));
     }
-    if skew < 0 && skew.unsigned_abs() > tolerance_secs {
-        return Err(VerifyError::TooNew(skew.unsigned_abs() - tolerance_secs));
+    if skew < 0 && beyond(skew) > 0 {
+        return Err(VerifyError::TooNew(beyond(skew)));
     }
     let mut saw_v1 = false;
     for entry in signature_header.split(' ').filter(|e| !e.is_empty()) {
@@ -247,6 +255,32 @@ mod tests {
         assert_eq!(check(VECTOR_TS + 300), Ok(()));
         assert_eq!(check(VECTOR_TS + 301), Err(VerifyError::TooOld(1)));
         assert_eq!(check(VECTOR_TS - 302), Err(VerifyError::TooNew(2)));
+    }
+
+    /// Found writing the window property of the `signature` fuzz target (fuzz/): the
+    /// clock distance saturated at i64::MAX, so with a tolerance of 2^63 s a timestamp
+    /// 2^64 - 1 s away was accepted.
+    #[test]
+    fn the_window_holds_at_the_ends_of_i64() {
+        let keys = [vector_key()];
+        let header = sign(&keys, VECTOR_ID, i64::MIN, VECTOR_BODY);
+        let ts = i64::MIN.to_string();
+        let check =
+            |now, tolerance| verify(&keys, VECTOR_ID, &ts, &header, VECTOR_BODY, now, tolerance);
+        assert_eq!(
+            check(i64::MAX, 1 << 63),
+            Err(VerifyError::TooOld((1 << 63) - 1))
+        );
+        assert_eq!(check(i64::MAX, u64::MAX), Ok(()));
+        assert_eq!(check(i64::MIN, 0), Ok(()));
+        let header = sign(&keys, VECTOR_ID, i64::MAX, VECTOR_BODY);
+        let ts = i64::MAX.to_string();
+        let check =
+            |now, tolerance| verify(&keys, VECTOR_ID, &ts, &header, VECTOR_BODY, now, tolerance);
+        assert_eq!(
+            check(i64::MIN, 1 << 63),
+            Err(VerifyError::TooNew((1 << 63) - 1))
+        );
     }
 
     #[test]
