@@ -42,6 +42,7 @@ static ENV: OnceLock<TestEnv> = OnceLock::new();
 static PRIVATE_ENV: OnceLock<TestEnv> = OnceLock::new();
 static PRIVATE_CLUSTER_ENV: OnceLock<TestEnv> = OnceLock::new();
 static PRIVATE_SECURE_ENV: OnceLock<TestEnv> = OnceLock::new();
+static PRIVATE_JWT_ENV: OnceLock<TestEnv> = OnceLock::new();
 static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The test environment of this run, started on first use when none was given.
@@ -77,6 +78,19 @@ pub fn private_secure_env() -> &'static TestEnv {
         let accounts = repo_root().join("examples/nats/herald-accounts.conf");
         let accounts = accounts.to_str().expect("a UTF-8 repository path");
         TestEnv::start_with("secure", &["--nats-secure", accounts])
+    })
+}
+
+/// Like [`private_secure_env`], with the same accounts and permissions in operator (JWT)
+/// mode (`testenv run --nats-secure … --nats-jwt`): an operator, account JWTs in a memory
+/// resolver, and a credentials file (user JWT + NKey seed) per identity. TLS stays (with
+/// verified client certificates); [`TestEnv::nats_flags`] and [`TestEnv::nats_as`] log in
+/// with the identity's `.creds` instead of its NKey.
+pub fn private_jwt_env() -> &'static TestEnv {
+    PRIVATE_JWT_ENV.get_or_init(|| {
+        let accounts = repo_root().join("examples/nats/herald-accounts.conf");
+        let accounts = accounts.to_str().expect("a UTF-8 repository path");
+        TestEnv::start_with("jwt", &["--nats-secure", accounts, "--nats-jwt"])
     })
 }
 
@@ -190,27 +204,40 @@ impl TestEnv {
         dir.join("ca.pem").exists().then_some(dir)
     }
 
-    /// The flags (`--nats-tls-*`, `--nats-nkey`) that make a Herald binary connect to a
-    /// secure environment as `identity`; none for the others.
+    /// Whether the secure environment runs in operator (JWT) mode ([`private_jwt_env`]):
+    /// identities log in with `DIR/nats-secure/<identity>.creds`.
+    pub fn nats_jwt(&self) -> bool {
+        self.nats_secure_dir()
+            .is_some_and(|dir| dir.join("operator.jwt").exists())
+    }
+
+    /// The flags (`--nats-tls-*`, and `--nats-nkey` or in JWT mode `--nats-creds`) that
+    /// make a Herald binary connect to a secure environment as `identity`; none for the
+    /// others.
     pub fn nats_flags(&self, identity: &str) -> Vec<String> {
         let Some(dir) = self.nats_secure_dir() else {
             return Vec::new();
         };
         let file = |name: String| dir.join(name).display().to_string();
-        vec![
+        let login = if self.nats_jwt() {
+            ["--nats-creds".into(), file(format!("{identity}.creds"))]
+        } else {
+            ["--nats-nkey".into(), file(format!("{identity}.nk"))]
+        };
+        let mut flags = vec![
             "--nats-tls-ca".into(),
             file("ca.pem".into()),
             "--nats-tls-cert".into(),
             file(format!("{identity}.crt")),
             "--nats-tls-key".into(),
             file(format!("{identity}.key")),
-            "--nats-nkey".into(),
-            file(format!("{identity}.nk")),
-        ]
+        ];
+        flags.extend(login);
+        flags
     }
 
-    /// Connection options of `identity` (TLS with its client certificate, its NKey) in a
-    /// secure environment; plain options in the others.
+    /// Connection options of `identity` (TLS with its client certificate, its NKey or in
+    /// JWT mode its credentials file) in a secure environment; plain options in the others.
     pub fn nats_as(&self, identity: &str) -> async_nats::ConnectOptions {
         let options = async_nats::ConnectOptions::new();
         let Some(dir) = self.nats_secure_dir() else {
@@ -218,16 +245,23 @@ impl TestEnv {
         };
         // rustls needs one process-wide crypto provider (several are linked in).
         herald_dispatcher::install_crypto_provider();
-        let seed = std::fs::read_to_string(dir.join(format!("{identity}.nk")))
-            .unwrap_or_else(|e| panic!("reading the NKey seed of {identity}: {e}"));
-        options
+        let options = options
             .add_root_certificates(dir.join("ca.pem"))
             .add_client_certificate(
                 dir.join(format!("{identity}.crt")),
                 dir.join(format!("{identity}.key")),
             )
-            .require_tls(true)
-            .nkey(seed.trim().to_owned())
+            .require_tls(true);
+        if self.nats_jwt() {
+            let creds = std::fs::read_to_string(dir.join(format!("{identity}.creds")))
+                .unwrap_or_else(|e| panic!("reading the credentials of {identity}: {e}"));
+            return options
+                .credentials(&creds)
+                .unwrap_or_else(|e| panic!("the credentials of {identity}: {e}"));
+        }
+        let seed = std::fs::read_to_string(dir.join(format!("{identity}.nk")))
+            .unwrap_or_else(|e| panic!("reading the NKey seed of {identity}: {e}"));
+        options.nkey(seed.trim().to_owned())
     }
 
     /// The nats-server log of a single-server environment.

@@ -33,7 +33,9 @@ var jwtJetStreamLimits = jwt.JetStreamLimits{
 // is an error rather than silently dropped.
 //
 // Written to out (DIR/nats-secure/): operator.jwt, <identity>.creds (user JWT + the
-// seed of <identity>.nk) per identity. The server configuration (TLS as in
+// seed of <identity>.nk) per identity. A user's permissions are the scope (role) of a
+// signing key of its account that issues its JWT; a user without permissions (admin)
+// is issued by the account key itself. The server configuration (TLS as in
 // --nats-secure, `operator`, `system_account`, `resolver: MEMORY` and
 // `resolver_preload`) is written to confDir/nats-server-jwt.conf and returned parsed.
 func natsJWTOptions(out, confDir, accountsFile string, parsed *server.Options) (*server.Options, error) {
@@ -177,26 +179,43 @@ func natsJWTOptions(out, confDir, accountsFile string, parsed *server.Options) (
 			return nil, fmt.Errorf("--nats-jwt: user %s is in no account", id)
 		}
 		account := user.Account.GetName()
-		uc := jwt.NewUserClaims(user.Nkey)
-		uc.Name = id
-		if p := user.Permissions; p != nil {
-			if p.Publish != nil {
-				uc.Pub.Allow.Add(p.Publish.Allow...)
-				uc.Pub.Deny.Add(p.Publish.Deny...)
-			}
-			if p.Subscribe != nil {
-				uc.Sub.Allow.Add(p.Subscribe.Allow...)
-				uc.Sub.Deny.Add(p.Subscribe.Deny...)
-			}
-			if p.Response != nil {
-				uc.Resp = &jwt.ResponsePermission{MaxMsgs: p.Response.MaxMsgs, Expires: p.Response.Expires}
-			}
-		}
 		kp, ok := keys[account]
 		if !ok {
 			return nil, fmt.Errorf("--nats-jwt: user %s is in account %s, which the file does not define", id, account)
 		}
-		token, err := uc.Encode(kp)
+		uc := jwt.NewUserClaims(user.Nkey)
+		uc.Name = id
+		signer := kp
+		if p := user.Permissions; p != nil {
+			// The permissions go into a scoped signing key of the account (a role, as
+			// `nsc edit signing-key --role` makes), and the user JWT is issued by that
+			// key: the dispatcher's list in the user JWT itself would make a CONNECT
+			// longer than nats-server's default max_control_line (4 KB).
+			var perms jwt.Permissions
+			if p.Publish != nil {
+				perms.Pub.Allow.Add(p.Publish.Allow...)
+				perms.Pub.Deny.Add(p.Publish.Deny...)
+			}
+			if p.Subscribe != nil {
+				perms.Sub.Allow.Add(p.Subscribe.Allow...)
+				perms.Sub.Deny.Add(p.Subscribe.Deny...)
+			}
+			if p.Response != nil {
+				perms.Resp = &jwt.ResponsePermission{MaxMsgs: p.Response.MaxMsgs, Expires: p.Response.Expires}
+			}
+			if signer, err = nkeys.CreateAccount(); err != nil {
+				return nil, err
+			}
+			scope := jwt.NewUserScope()
+			scope.Key, _ = signer.PublicKey()
+			scope.Role = id
+			scope.Template.Permissions = perms
+			claims[account].SigningKeys.AddScopedSigner(scope)
+			uc.IssuerAccount, _ = kp.PublicKey()
+			// A scoped key's users carry no permissions or limits of their own.
+			uc.UserPermissionLimits = jwt.UserPermissionLimits{}
+		}
+		token, err := uc.Encode(signer)
 		if err != nil {
 			return nil, err
 		}

@@ -10,6 +10,10 @@
 //!   lane, purging a stream and publishing into another namespace, and can still publish
 //!   its own events (so the refusals are the permissions, not a broken connection);
 //! - a client without a certificate of the CA, or without a known NKey, is refused;
+//! - the same in operator (JWT) mode (`testenv run --nats-secure … --nats-jwt`, the same
+//!   accounts file turned into account and user JWTs): the binaries log in with
+//!   `--nats-creds` (user JWT + NKey seed) and TLS, deliver a producer's event, and a
+//!   producer's credentials are refused `herald-config`; an NKey without its JWT is refused;
 //! - the binaries never print a password of `--nats-url`: not in `--help`, not in an
 //!   error, not in their (debug) logs while the server cannot be reached.
 
@@ -22,7 +26,9 @@ use futures::StreamExt;
 use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
 use herald_e2e::faults::{Dispatchers, Operators};
 use herald_e2e::receiver::Receiver;
-use herald_e2e::{TestEnv, eventually, free_port, install_crds, private_secure_env};
+use herald_e2e::{
+    TestEnv, eventually, free_port, install_crds, private_jwt_env, private_secure_env,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::PostParams;
@@ -106,7 +112,13 @@ fn violations_of(env: &TestEnv, name: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn herald_delivers_over_tls_as_its_own_identities() {
-    let env = private_secure_env();
+    deliver_as_own_identities(private_secure_env()).await;
+}
+
+/// The operator and the dispatcher, started with `env`'s flags for their identities,
+/// deliver an event the producer of `tenant-a` published, and the server logged no
+/// permission violation of theirs.
+async fn deliver_as_own_identities(env: &'static TestEnv) {
     let kube = env.client().await;
     install_crds(&kube).await;
     let ns = "tenant-a";
@@ -373,6 +385,79 @@ async fn clients_without_the_cas_certificate_or_a_known_nkey_are_refused() {
             "{what}: expected a refused connection, got {result:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn herald_delivers_with_credentials_files_in_jwt_mode() {
+    let env = private_jwt_env();
+    assert!(env.nats_jwt(), "not an operator-mode environment");
+    let flags = env.nats_flags("dispatcher");
+    assert!(
+        flags.iter().any(|f| f == "--nats-creds") && !flags.iter().any(|f| f == "--nats-nkey"),
+        "{flags:?}"
+    );
+    deliver_as_own_identities(env).await;
+}
+
+#[tokio::test]
+async fn in_jwt_mode_a_producers_credentials_reach_its_events_and_not_the_keys() {
+    let env = private_jwt_env();
+    let admin = env.nats().await;
+    let admin_js = jetstream::new(admin.clone());
+    herald_e2e::dataplane::DataPlane::new(admin.clone()).await;
+    let producer = Watched::connect(env, "producer-tenant-a").await;
+    let js = jetstream::new(producer.client.clone());
+    let unique = herald_e2e::unique_name("probe").replace('-', "_");
+
+    // Its own namespace: acknowledged across the account boundary (the import with its
+    // activation token), and stored.
+    let own = format!("herald.events.tenant-a.{unique}.own");
+    let body = serde_json::to_vec(&json!({"type": format!("{unique}.own"), "data": {}})).unwrap();
+    js.publish(own.clone(), body.clone().into())
+        .await
+        .expect("publish")
+        .await
+        .expect("its own namespace is acknowledged");
+    let events = admin_js.get_stream("HERALD_EVENTS").await.expect("events");
+    events
+        .get_last_raw_message_by_subject(&own)
+        .await
+        .expect("stored");
+
+    // Another namespace, and herald-config: refused by the user JWT's permissions.
+    let other = format!("herald.events.tenant-b.{unique}.other");
+    let acked = match js.publish(other.clone(), body.into()).await {
+        Ok(ack) => ack.await.is_ok(),
+        Err(_) => false,
+    };
+    assert!(!acked, "a publish into tenant-b was acknowledged");
+    producer.refused("publishing into tenant-b", &other).await;
+    assert!(js.get_key_value("herald-config").await.is_err());
+    producer
+        .refused(
+            "opening herald-config",
+            "$JS.API.STREAM.INFO.KV_herald-config",
+        )
+        .await;
+    let direct = "$JS.API.DIRECT.GET.KV_herald-config.$KV.herald-config.key.tenant-b.keys";
+    assert!(producer.client.request(direct, "".into()).await.is_err());
+    producer.refused("reading a key set", direct).await;
+
+    // The seed alone (no user JWT) does not log in: the server really is in JWT mode.
+    let dir = env.nats_secure_dir().expect("a secure environment");
+    let seed = std::fs::read_to_string(dir.join("admin.nk")).expect("seed");
+    let nkey_only = async_nats::ConnectOptions::new()
+        .add_root_certificates(dir.join("ca.pem"))
+        .add_client_certificate(dir.join("admin.crt"), dir.join("admin.key"))
+        .require_tls(true)
+        .nkey(seed.trim().to_owned());
+    let result =
+        tokio::time::timeout(Duration::from_secs(10), nkey_only.connect(env.nats_url())).await;
+    assert!(
+        matches!(result, Ok(Err(_))),
+        "an NKey without its JWT: expected a refused connection, got {:?}",
+        result.map(|r| r.map(|_| ()))
+    );
 }
 
 /// Output of `bin args` with `env`, killed after `run_for` if still running.
