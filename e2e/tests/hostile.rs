@@ -190,7 +190,7 @@ async fn hostile_events_are_dead_lettered_once_each_and_never_block_the_next() {
     .await;
     assert_eq!(got[0].json()["data"], "after");
     assert!(
-        published.elapsed() < Duration::from_secs(10),
+        published.elapsed() < Duration::from_secs(20),
         "the good event took {:?} behind the bad ones",
         published.elapsed()
     );
@@ -468,8 +468,10 @@ async fn hostile_receivers_cost_one_bounded_recorded_attempt_each() {
     })
     .await;
     let healthy_took = started.elapsed();
+    // Generous for a loaded 2-core machine (7.9 s seen with two fuzzers running); a
+    // healthy endpoint that waited for the hostile ones' reads would take far longer.
     assert!(
-        healthy_took < Duration::from_secs(5),
+        healthy_took < Duration::from_secs(15),
         "the healthy endpoint took {healthy_took:?}"
     );
 
