@@ -22,7 +22,7 @@ use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
 use herald_e2e::dataplane::DataPlane;
 use herald_e2e::helm::{chart_dir, documents, helm, ok};
 use herald_e2e::receiver::Receiver;
-use herald_e2e::{TestContext, env, eventually, repo_root, unique_name};
+use herald_e2e::{TestContext, TestEnv, env, eventually, private_jwt_env, repo_root, unique_name};
 use kube::api::PostParams;
 use serde_json::{Value, json};
 
@@ -78,8 +78,14 @@ struct Pod {
 
 impl Pod {
     /// Starts the first container of `workload` (a rendered Deployment or StatefulSet)
-    /// as pod `name`, with `credentials` (a kubeconfig) or none.
-    fn start(workload: &Value, name: &str, namespace: &str, credentials: Option<&PathBuf>) -> Self {
+    /// of test environment `te` as pod `name`, with `credentials` (a kubeconfig) or none.
+    fn start(
+        te: &TestEnv,
+        workload: &Value,
+        name: &str,
+        namespace: &str,
+        credentials: Option<&PathBuf>,
+    ) -> Self {
         let spec = &workload["spec"]["template"]["spec"];
         let container = &spec["containers"][0];
         let image = container["image"].as_str().expect("an image");
@@ -97,7 +103,7 @@ impl Pod {
             })
         };
         let command = strings(&container["command"]).unwrap_or(entrypoint);
-        let args = strings(&container["args"]).unwrap_or(cmd);
+        let mut args = strings(&container["args"]).unwrap_or(cmd);
         let port = herald_e2e::free_port();
         let container_port = container["ports"][0]["containerPort"]
             .as_u64()
@@ -105,13 +111,51 @@ impl Pod {
         let mut env = BTreeMap::new();
         for var in container["env"].as_array().into_iter().flatten() {
             let key = var["name"].as_str().expect("env name").to_owned();
-            let value = resolve(var, name, namespace);
+            let value = resolve(te, var, name, namespace);
             env.insert(key, value);
         }
         // The pod network: the container's port on a loopback port of its own.
         for value in env.values_mut() {
             if *value == format!("0.0.0.0:{container_port}") {
                 *value = format!("127.0.0.1:{port}");
+            }
+        }
+        // The kubelet's mounts: each mounted Secret's keys as files in a directory of
+        // this pod, and every value (environment, arguments) naming a path under the
+        // mount path pointed there.
+        let root = std::env::temp_dir().join(format!("herald-chart-pod-{namespace}-{name}-mounts"));
+        let _ = std::fs::remove_dir_all(&root);
+        for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+            let mount_path = mount["mountPath"].as_str().expect("a mountPath");
+            let volume = spec["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["name"] == mount["name"])
+                .unwrap_or_else(|| panic!("no volume for the mount {mount}"));
+            let source = &volume["secret"];
+            let secret = source["secretName"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a volume the test does not map: {volume}"));
+            assert!(
+                source["items"].is_null(),
+                "secret items not mapped: {volume}"
+            );
+            let dir = root.join(mount_path.trim_start_matches('/'));
+            std::fs::create_dir_all(&dir).expect("a mount directory");
+            let mut get = te.kubectl();
+            get.args(["get", "secret", secret, "-n", namespace, "-o", "json"]);
+            let object: Value = serde_json::from_str(&ok(get, None)).expect("a Secret");
+            for (key, value) in object["data"].as_object().expect("the Secret's data") {
+                let bytes = base64_decode(value.as_str().expect("base64 data"));
+                std::fs::write(dir.join(key), bytes).expect("writing a mounted file");
+            }
+            for value in env.values_mut().chain(args.iter_mut()) {
+                if let Some(rest) = value.strip_prefix(mount_path)
+                    && rest.starts_with('/')
+                {
+                    *value = format!("{}{rest}", dir.display());
+                }
             }
         }
         if let Some(kubeconfig) = credentials {
@@ -195,7 +239,7 @@ impl Pod {
 }
 
 /// An environment variable's value as the kubelet would give it.
-fn resolve(var: &Value, pod: &str, namespace: &str) -> String {
+fn resolve(te: &TestEnv, var: &Value, pod: &str, namespace: &str) -> String {
     if let Some(value) = var["value"].as_str() {
         return value.to_owned();
     }
@@ -210,7 +254,7 @@ fn resolve(var: &Value, pod: &str, namespace: &str) -> String {
     for (reference, kind) in [("secretKeyRef", "secret"), ("configMapKeyRef", "configmap")] {
         let r = &from[reference];
         if let (Some(name), Some(key)) = (r["name"].as_str(), r["key"].as_str()) {
-            let mut cmd = env().kubectl();
+            let mut cmd = te.kubectl();
             cmd.args(["get", kind, name, "-n", namespace, "-o", "json"]);
             let object: Value = serde_json::from_str(&ok(cmd, None)).expect("an object");
             let value = object["data"][key].as_str().expect("the key exists");
@@ -233,11 +277,11 @@ fn base64_decode(text: &str) -> Vec<u8> {
 }
 
 /// A kubeconfig for the test API server holding a token of `service_account`.
-fn service_account_kubeconfig(service_account: &str, namespace: &str) -> PathBuf {
-    let mut cmd = env().kubectl();
+fn service_account_kubeconfig(te: &TestEnv, service_account: &str, namespace: &str) -> PathBuf {
+    let mut cmd = te.kubectl();
     cmd.args(["create", "token", service_account, "-n", namespace]);
     let token = ok(cmd, None).trim().to_owned();
-    let text = std::fs::read_to_string(env().kubeconfig()).expect("reading the kubeconfig");
+    let text = std::fs::read_to_string(te.kubeconfig()).expect("reading the kubeconfig");
     let mut config: Value = serde_norway::from_str(&text).expect("kubeconfig parses");
     for entry in config["users"].as_array_mut().expect("users") {
         entry["user"] = json!({ "token": token });
@@ -256,15 +300,22 @@ fn service_account_kubeconfig(service_account: &str, namespace: &str) -> PathBuf
 struct Release {
     name: String,
     namespace: String,
+    env: &'static TestEnv,
 }
 
 impl Release {
     fn install(ctx: &TestContext, prefix: &str, set: &[&str]) -> Self {
+        Self::install_in(env(), ctx, prefix, set)
+    }
+
+    /// Like [`Release::install`], in test environment `te` (`ctx` is a context of it).
+    fn install_in(te: &'static TestEnv, ctx: &TestContext, prefix: &str, set: &[&str]) -> Self {
         let release = Self {
             name: unique_name(prefix),
             namespace: ctx.namespace.clone(),
+            env: te,
         };
-        let mut secret = env().kubectl();
+        let mut secret = te.kubectl();
         secret
             .args([
                 "create",
@@ -274,7 +325,7 @@ impl Release {
                 "-n",
                 &release.namespace,
             ])
-            .arg(format!("--from-literal=url={}", env().nats_url()));
+            .arg(format!("--from-literal=url={}", te.nats_url()));
         ok(secret, None);
         release.helm("install", set);
         release
@@ -283,6 +334,7 @@ impl Release {
     /// `helm <action>` (install or upgrade) with the test's values and `set`.
     fn helm(&self, action: &str, set: &[&str]) {
         let mut cmd = helm();
+        cmd.env("KUBECONFIG", self.env.kubeconfig());
         cmd.args([action, &self.name])
             .arg(chart_dir())
             .args(["--namespace", &self.namespace]);
@@ -309,6 +361,7 @@ impl Release {
     /// dispatcher) as installed now.
     fn workload(&self, kind: &str) -> Value {
         let mut get = helm();
+        get.env("KUBECONFIG", self.env.kubeconfig());
         get.args([
             "get",
             "manifest",
@@ -330,17 +383,24 @@ impl Release {
             let account = spec["serviceAccountName"]
                 .as_str()
                 .expect("a ServiceAccount");
-            service_account_kubeconfig(account, &self.namespace)
+            service_account_kubeconfig(self.env, account, &self.namespace)
         });
         let name = format!(
             "{}-{suffix}",
             workload["metadata"]["name"].as_str().unwrap()
         );
-        Pod::start(workload, &name, &self.namespace, credentials.as_ref())
+        Pod::start(
+            self.env,
+            workload,
+            &name,
+            &self.namespace,
+            credentials.as_ref(),
+        )
     }
 
     fn uninstall(&self) {
         let mut cmd = helm();
+        cmd.env("KUBECONFIG", self.env.kubeconfig());
         cmd.args(["uninstall", &self.name, "--namespace", &self.namespace]);
         ok(cmd, None);
     }
@@ -418,6 +478,108 @@ async fn the_charts_pods_start_as_rendered_deliver_and_stop_in_time() {
         let took = pod.terminate().await;
         println!("{name}: stopped {took:?} after SIGTERM (grace {grace:?})");
         assert!(took < grace, "{name} took {took:?}, its grace is {grace:?}");
+    }
+    release.uninstall();
+    ctx.cleanup().await;
+}
+
+/// The chart's NATS security values, run for real against NATS in operator (JWT) mode
+/// with TLS ([`private_jwt_env`]): the CA in a Secret (`nats.tls.caSecret`), each binary's
+/// identity in its own Secret (`nats.{operator,dispatcher}Identity`: client certificate,
+/// key and credentials file), mounted where the rendered pod spec says and found there
+/// through the rendered environment. Both pods become ready by their probes and deliver
+/// an event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_pods_connect_with_the_nats_tls_and_identity_secrets() {
+    herald_dispatcher::install_crypto_provider();
+    let te = private_jwt_env();
+    let files = te.nats_secure_dir().expect("a secure environment");
+    let ctx = TestContext::new_in(te, "chart-nats").await;
+    let ns = ctx.namespace.clone();
+    let file = |name: &str| files.join(name).display().to_string();
+    let mut secrets = vec![("nats-ca", vec![("ca.crt", file("ca.pem"))])];
+    for identity in ["operator", "dispatcher"] {
+        secrets.push((
+            if identity == "operator" {
+                "nats-operator"
+            } else {
+                "nats-dispatcher"
+            },
+            vec![
+                ("tls.crt", file(&format!("{identity}.crt"))),
+                ("tls.key", file(&format!("{identity}.key"))),
+                ("user.creds", file(&format!("{identity}.creds"))),
+            ],
+        ));
+    }
+    for (name, keys) in &secrets {
+        let mut create = te.kubectl();
+        create.args(["create", "secret", "generic", name, "-n", &ns]);
+        for (key, path) in keys {
+            create.arg(format!("--from-file={key}={path}"));
+        }
+        ok(create, None);
+    }
+    let mut set = vec!["nats.tls.caSecret=nats-ca".to_owned()];
+    for binary in ["operator", "dispatcher"] {
+        set.extend([
+            format!("nats.{binary}Identity.secret=nats-{binary}"),
+            format!("nats.{binary}Identity.certFile=tls.crt"),
+            format!("nats.{binary}Identity.keyFile=tls.key"),
+            format!("nats.{binary}Identity.credsFile=user.creds"),
+        ]);
+    }
+    let set: Vec<&str> = set.iter().map(String::as_str).collect();
+    let release = Release::install_in(te, &ctx, "pods-nats", &set);
+    let (deployment, statefulset) = (
+        release.workload("Deployment"),
+        release.workload("StatefulSet"),
+    );
+    for workload in [&deployment, &statefulset] {
+        let container = &workload["spec"]["template"]["spec"]["containers"][0];
+        let names: Vec<&str> = container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        for expected in [
+            "HERALD_NATS_TLS_CA",
+            "HERALD_NATS_TLS_CERT",
+            "HERALD_NATS_TLS_KEY",
+            "HERALD_NATS_CREDS",
+        ] {
+            assert!(
+                names.contains(&expected),
+                "{expected} not rendered: {names:?}"
+            );
+        }
+        assert_eq!(
+            container["volumeMounts"].as_array().map(Vec::len),
+            Some(2),
+            "the CA and the identity are mounted: {container}"
+        );
+    }
+    let mut operator = release.pod(&deployment, "0");
+    let mut dispatcher = release.pod(&statefulset, "0");
+    for pod in [&mut operator, &mut dispatcher] {
+        pod.until_ready().await;
+    }
+    let rx = Receiver::start().await;
+    tenant_endpoint(&ctx, &rx.url("orders")).await;
+    // Published as the environment's admin (a producer identity may only use its own
+    // tenant namespace, and this test's namespace is a fresh one).
+    let dp = DataPlane::new(te.nats().await).await;
+    dp.publish(&ns, "order.created", json!({"id": 7})).await;
+    let delivered = eventually("the event delivered", WAIT, || {
+        let got = rx.received("orders");
+        async move { got.first().cloned() }
+    })
+    .await;
+    assert_eq!(delivered.json()["data"]["id"], 7);
+    assert!(delivered.header("webhook-signature").starts_with("v1,"));
+    for pod in [dispatcher, operator] {
+        pod.terminate().await;
     }
     release.uninstall();
     ctx.cleanup().await;
@@ -574,7 +736,7 @@ async fn the_operator_serves_its_tenants_and_reads_no_other_secret() {
     let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
         .as_str()
         .expect("a ServiceAccount");
-    let token = service_account_kubeconfig(account, &ctx.namespace);
+    let token = service_account_kubeconfig(env(), account, &ctx.namespace);
     let as_operator = |args: &[&str]| {
         let mut cmd = env().kubectl();
         cmd.arg("--kubeconfig").arg(&token).args(args);
