@@ -69,6 +69,9 @@ pub mod reason {
     pub const DISABLED: &str = "Disabled";
     /// The replay's time range reaches past the retention window.
     pub const OUTSIDE_RETENTION: &str = "OutsideRetention";
+    /// The event store does not exist yet (no dispatcher has started), so its retention
+    /// window is unknown.
+    pub const EVENT_STORE_MISSING: &str = "EventStoreMissing";
     /// The replay request is valid.
     pub const VALID: &str = "Valid";
 }

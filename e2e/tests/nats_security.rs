@@ -5,7 +5,9 @@
 //! - the operator and the dispatcher, as processes with their own identities (TLS
 //!   client certificate + NKey seed from files, the flags the chart sets), deliver an
 //!   event a producer identity published, and the server logged no permission violation
-//!   of theirs on the way (so their permissions are what they use);
+//!   of theirs on the way (so their permissions are what they use); a `WebhookReplay`
+//!   is checked against the event store's real retention, which the operator's identity
+//!   may look up without being able to read an event;
 //! - a producer identity is refused reading `herald-config`, reading another tenant's
 //!   lane, purging a stream and publishing into another namespace, and can still publish
 //!   its own events (so the refusals are the permissions, not a broken connection);
@@ -23,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures::StreamExt;
-use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
+use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint, WebhookReplay};
 use herald_e2e::faults::{Dispatchers, Operators};
 use herald_e2e::receiver::Receiver;
 use herald_e2e::{
@@ -193,6 +195,47 @@ async fn deliver_as_own_identities(env: &'static TestEnv) {
     assert_eq!(got.json()["type"], "order.created");
     assert!(got.header("webhook-id").starts_with("msg_"));
     assert!(got.header("webhook-signature").starts_with("v1,"));
+
+    // A replay is checked against the event store's real retention: the operator's
+    // identity reads the stream's configuration, never an event.
+    let replays = Api::<WebhookReplay>::namespaced(kube.clone(), ns);
+    let from = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    let replay: WebhookReplay = serde_json::from_value(json!({
+        "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookReplay",
+        "metadata": {"name": herald_e2e::unique_name("again")},
+        "spec": {"endpoint": "orders", "from": from.to_string()}
+    }))
+    .expect("WebhookReplay");
+    let name = replays
+        .create(&PostParams::default(), &replay)
+        .await
+        .expect("creating the WebhookReplay")
+        .metadata
+        .name
+        .expect("a name");
+    eventually("the WebhookReplay checked and valid", WAIT, || async {
+        let status = replays.get(&name).await.ok()?.status?;
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let operator = Watched::connect(env, "operator").await;
+    let retention =
+        herald_core::dataplane::layout::event_retention(&jetstream::new(operator.client.clone()))
+            .await
+            .expect("the operator looks up the event store's retention");
+    assert!(
+        retention.is_some(),
+        "the dispatcher created the event store"
+    );
+    let direct = "$JS.API.DIRECT.GET.HERALD_EVENTS";
+    let _ = operator.client.request(direct, "{\"seq\":1}".into()).await;
+    operator
+        .refused("the operator reading an event", direct)
+        .await;
 
     // Let the dispatcher run its periodic work (purges, health, leases) for a while.
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -40,13 +40,15 @@ impl Desired {
 /// resource that is fine carries `Ready` alone.
 pub fn ready_with_kstatus(ready: Desired) -> Vec<Desired> {
     use herald_core::names::{condition, reason};
-    const WAITING: [&str; 5] = [
+    const WAITING: [&str; 6] = [
         reason::SECRET_NOT_FOUND,
         reason::SECRET_NOT_READY,
         // The platform team grants the rights; the tenant waits.
         reason::SECRET_FORBIDDEN,
         reason::URL_UNRESOLVABLE,
         reason::ENDPOINT_NOT_FOUND,
+        // The first dispatcher creates the event store.
+        reason::EVENT_STORE_MISSING,
     ];
     if ready.status {
         return vec![ready];

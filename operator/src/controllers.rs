@@ -141,6 +141,7 @@ impl Term {
         ));
         let replays = replay::Context {
             plumbing: setup.plumbing(replay::KIND),
+            js: setup.buckets.js.clone(),
         };
         tasks.spawn(replay::run(Arc::new(replays), namespace, stop.clone()));
     }

@@ -1,5 +1,6 @@
 //! The operator's side of the data-plane contract in NATS: the `herald-config` bucket it
-//! writes and the `herald-health` bucket it reads.
+//! writes, the `herald-health` bucket it reads, and the event store's configuration
+//! (its retention, for replays; never an event).
 //!
 //! Contract: [`Buckets::connect`] is idempotent and safe to race with the dispatcher
 //! (both sides create the buckets with the same settings); [`put_if_changed`] writes a
@@ -41,6 +42,9 @@ pub enum Error {
 pub struct Buckets {
     pub config: kv::Store,
     pub health: kv::Store,
+    /// For [`layout::event_retention`] only: the operator's NATS identity may read the
+    /// event store's configuration, nothing else of it.
+    pub js: jetstream::Context,
 }
 
 impl Buckets {
@@ -59,6 +63,7 @@ impl Buckets {
         Ok(Self {
             config,
             health: layout::ensure_bucket(&js, layout::HEALTH, replicas).await?,
+            js,
         })
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use herald_core::dataplane::{EndpointHealth, EndpointKey, shard_for};
 use herald_core::v1alpha1::{WebhookEndpoint, WebhookReplay};
-use herald_e2e::{TestContext, env, eventually};
+use herald_e2e::{TestContext, env, eventually, private_env};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -354,6 +354,8 @@ async fn deleting_an_endpoint_withdraws_its_config_then_the_finalizer() {
 #[tokio::test]
 async fn replays_are_validated_and_honestly_not_run() {
     let ctx = TestContext::new("op-replay").await;
+    // The event store exists (as the dispatchers create it), with the default retention.
+    herald_e2e::dataplane::DataPlane::new(ctx.nats.clone()).await;
     let op = Operator::start(&ctx, "a", ALLOW_LOOPBACK);
     let from = k8s_openapi::jiff::Timestamp::now()
         .checked_sub(k8s_openapi::jiff::SignedDuration::from_hours(1))
@@ -394,6 +396,65 @@ async fn replays_are_validated_and_honestly_not_run() {
         (condition(&r.status?.conditions, "Ready")?.status == "True").then_some(())
     })
     .await;
+    finish(ctx, vec![op]).await;
+}
+
+/// The retention a replay is checked against is the event store's own `max_age`, read
+/// from NATS, not a constant: in an environment of its own, a stream of 2 hours makes a
+/// replay from 3 hours ago `OutsideRetention` (saying 2h), and one from 1 hour ago
+/// valid; before the stream exists, the replay says so and is checked again.
+#[tokio::test]
+async fn a_replay_is_checked_against_the_event_stores_real_retention() {
+    use herald_core::dataplane::layout;
+    let env = private_env();
+    let ctx = TestContext::new_in(env, "op-retention").await;
+    let js = async_nats::jetstream::new(ctx.nats.clone());
+    // No dispatcher has run in this environment: no event store (yet).
+    let _ = js
+        .delete_stream(herald_core::dataplane::EVENTS_STREAM)
+        .await;
+    let op = Operator::start_in(env, &ctx, "a", ALLOW_LOOPBACK);
+    create_secret(&ctx, "keys", json!({})).await;
+    create_endpoint(&ctx, "orders", "https://127.0.0.1:8443/hook", "keys").await;
+    let api = ctx.api::<WebhookReplay>();
+    let hours_ago = |h: i64| {
+        (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(h))
+            .to_string()
+    };
+    for (name, from) in [("three-hours", hours_ago(3)), ("one-hour", hours_ago(1))] {
+        let replay: WebhookReplay = serde_json::from_value(json!({
+            "apiVersion": "herald.dev/v1alpha1",
+            "kind": "WebhookReplay",
+            "metadata": {"name": name},
+            "spec": {"endpoint": "orders", "from": from},
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &replay).await.unwrap();
+    }
+    let ready = |name: &'static str, reason: &'static str| {
+        let api = api.clone();
+        async move {
+            eventually(&format!("{name}: {reason}"), WAIT, || async {
+                let r = api.get(name).await.ok()?;
+                let ready = condition(&r.status?.conditions, "Ready")?.clone();
+                (ready.reason == reason).then_some(ready)
+            })
+            .await
+        }
+    };
+    let missing = ready("one-hour", "EventStoreMissing").await;
+    assert_eq!(missing.status, "False");
+    assert!(missing.message.contains("HERALD_EVENTS"), "{missing:?}");
+
+    // The dispatchers create it with --retention 2h.
+    layout::ensure_stream(&js, &layout::events_stream(Duration::from_secs(7200)), 1)
+        .await
+        .expect("the event store");
+    let old = ready("three-hours", "OutsideRetention").await;
+    assert_eq!(old.status, "False");
+    assert!(old.message.contains("2h retention window"), "{old:?}");
+    let recent = ready("one-hour", "Valid").await;
+    assert_eq!(recent.status, "True");
     finish(ctx, vec![op]).await;
 }
 

@@ -301,6 +301,23 @@ pub fn stream_missing(error: &jetstream::context::GetStreamError) -> bool {
     )
 }
 
+/// The event store's retention as the data plane really runs it: `max_age` of
+/// [`EVENTS_STREAM`]'s configuration on the server (the dispatchers set it from
+/// `--retention`; an administrator may have changed it since). `None` when the stream
+/// does not exist yet (no dispatcher has started). A stream lookup needs only
+/// `$JS.API.STREAM.INFO.HERALD_EVENTS`: the configuration, never an event.
+pub async fn event_retention(js: &jetstream::Context) -> Result<Option<Duration>, LayoutError> {
+    let error = |source: async_nats::Error| LayoutError::Stream {
+        name: EVENTS_STREAM,
+        source,
+    };
+    match js.get_stream(EVENTS_STREAM).await {
+        Ok(stream) => Ok(Some(stream.cached_info().config.max_age)),
+        Err(e) if stream_missing(&e) => Ok(None),
+        Err(e) => Err(error(e.into())),
+    }
+}
+
 /// Creates the stream, or brings an existing one up to date without lowering its
 /// replicas. Returns a handle.
 pub async fn ensure_stream(
