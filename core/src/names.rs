@@ -9,6 +9,8 @@ pub const FIELD_MANAGER: &str = "herald.dev/operator";
 pub const ENDPOINT_FINALIZER: &str = "herald.dev/delivery-cleanup";
 /// Finalizer on a `SigningSecret`: Herald holds its key set in NATS (`herald-config`).
 pub const SIGNING_SECRET_FINALIZER: &str = "herald.dev/keyset-cleanup";
+/// Held by a `WebhookReplay` while its request is in `herald-config`.
+pub const REPLAY_FINALIZER: &str = "herald.dev/replay-cleanup";
 /// Annotation that asks the operator to rotate a `SigningSecret` now; any new value works.
 pub const ROTATE_ANNOTATION: &str = "herald.dev/rotate";
 /// Annotation that re-enables a disabled `WebhookEndpoint`; any new value works (it is

@@ -142,6 +142,7 @@ impl Term {
         let replays = replay::Context {
             plumbing: setup.plumbing(replay::KIND),
             js: setup.buckets.js.clone(),
+            config_kv: setup.buckets.config.clone(),
         };
         tasks.spawn(replay::run(Arc::new(replays), namespace, stop.clone()));
     }

@@ -1,14 +1,19 @@
-//! The `WebhookReplay` controller: validates a replay request and reports, truthfully,
-//! that this version of Herald does not carry replays out yet.
+//! The `WebhookReplay` controller: validates a replay, hands a valid one to the data
+//! plane as a [`ReplayRequest`] in `herald-config`, and withdraws it on deletion.
 //!
 //! Pipeline: dereference (does the endpoint exist? the event store's real retention,
-//! `max_age` of `HERALD_EVENTS`) → [`check`] and [`status`] (pure) → status (server-side
-//! apply, only when changed).
+//! `max_age` of `HERALD_EVENTS`) → [`check`], [`request`] and [`status`] (pure) →
+//! request into `herald-config` (only when valid, only when changed) → status
+//! (server-side apply, only when changed).
 //!
 //! Contract: `Ready` says whether the request is valid (the endpoint exists, the range
-//! is within the retention the data plane really runs with); `Complete` is `False` with
-//! reason `NotImplemented` and phase `Pending`. No progress is ever invented. A replay that does not decode is reported
-//! with a Warning Event (it has no finalizer, so its deletion never waits for Herald).
+//! is within the retention the data plane really runs with); a valid replay's request
+//! is under `replay.<ns>.<name>` with its range fixed (`to` defaults to the creation
+//! time), and the finalizer `herald.dev/replay-cleanup` stays until it is deleted, so a
+//! deleted replay stops. No dispatcher carries requests out yet: `Complete` is `False`
+//! with reason `NotImplemented` and phase `Pending`; no progress is ever invented. A
+//! replay that does not decode is reported with a Warning Event, and can still be
+//! deleted (its request is withdrawn and the finalizer released).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,17 +21,19 @@ use std::time::Duration;
 use async_nats::jetstream;
 
 use futures::StreamExt;
-use herald_core::dataplane::layout;
+use herald_core::dataplane::{BucketKey, ReplayRequest, layout};
 use herald_core::names::{self, condition, reason};
 use herald_core::v1alpha1::{ReplayPhase, WebhookEndpoint, WebhookReplay, WebhookReplayStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{self, Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
 use crate::conditions::{self, Desired};
+use crate::nats;
 use crate::reconcile::{self, Categorized, Plumbing};
 
 pub const KIND: &str = "WebhookReplay";
@@ -40,7 +47,11 @@ pub enum Error {
     #[error("object has no namespace")]
     NoNamespace,
     #[error("reading the event store's retention: {0}")]
-    Nats(#[from] layout::LayoutError),
+    Retention(#[from] layout::LayoutError),
+    #[error(transparent)]
+    Nats(#[from] nats::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
 }
 
 impl Categorized for Error {
@@ -48,7 +59,8 @@ impl Categorized for Error {
         match self {
             Error::Kube(_) => "kube",
             Error::NoNamespace => "invalid",
-            Error::Nats(_) => "nats",
+            Error::Retention(_) | Error::Nats(_) => "nats",
+            Error::Finalizer(e) => reconcile::finalizer_category(e),
         }
     }
 }
@@ -60,6 +72,8 @@ pub struct Context {
     pub plumbing: Plumbing<WebhookReplay>,
     /// Reads the event store's configuration (its retention), nothing else.
     pub js: jetstream::Context,
+    /// Where replay requests go.
+    pub config_kv: jetstream::kv::Store,
 }
 
 /// What the replay is checked against, read from the cluster and NATS.
@@ -143,6 +157,31 @@ pub fn check(replay: &WebhookReplay, found: Found, now: Timestamp) -> Desired {
     )
 }
 
+/// Pure: what the data plane is asked to do for `replay`, given its check. `None`
+/// unless the check passed (and the resource is complete enough to say it).
+pub fn request(replay: &WebhookReplay, ready: &Desired) -> Option<ReplayRequest> {
+    if !ready.status {
+        return None;
+    }
+    let millis = |t: Timestamp| u64::try_from(t.as_millisecond()).unwrap_or(0);
+    let spec = &replay.spec;
+    let to = spec
+        .to
+        .as_ref()
+        .or(replay.metadata.creation_timestamp.as_ref())?;
+    Some(ReplayRequest {
+        namespace: replay.metadata.namespace.clone()?,
+        name: replay.metadata.name.clone()?,
+        uid: replay.metadata.uid.clone()?,
+        endpoint: spec.endpoint.clone(),
+        from_ms: millis(spec.from.0),
+        to_ms: millis(to.0),
+        event_types: spec.event_types.clone(),
+        only_failed: spec.only_failed,
+        dry_run: spec.dry_run,
+    })
+}
+
 /// Pure: the status of `replay` given what exists.
 pub fn status(replay: &WebhookReplay, found: Found, now: Timestamp) -> WebhookReplayStatus {
     let old = replay.status.clone().unwrap_or_default();
@@ -169,14 +208,50 @@ pub fn status(replay: &WebhookReplay, found: Found, now: Timestamp) -> WebhookRe
 pub async fn reconcile(guard: Arc<Guarded>, ctx: Arc<Context>) -> Result<Action, Error> {
     let work = async {
         match &guard.0 {
-            Ok(obj) => apply(obj, &ctx).await,
+            Ok(obj) => reconcile_decoded(Arc::new(obj.clone()), &ctx).await,
             Err(invalid) => {
-                ctx.plumbing.report_undecodable(&guard, invalid).await;
+                if guard.meta().deletion_timestamp.is_some() {
+                    let ns = guard.namespace().ok_or(Error::NoNamespace)?;
+                    withdraw(&ctx, &ns, &guard.name_any()).await?;
+                    ctx.plumbing
+                        .release_finalizer(&guard, names::REPLAY_FINALIZER)
+                        .await?;
+                } else {
+                    ctx.plumbing.report_undecodable(&guard, invalid).await;
+                }
                 Ok(Action::await_change())
             }
         }
     };
     ctx.plumbing.instrument(&guard, work).await
+}
+
+async fn reconcile_decoded(obj: Arc<WebhookReplay>, ctx: &Context) -> Result<Action, Error> {
+    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+    // A finalizer because the request lives outside Kubernetes: deleting the replay is
+    // how a tenant stops it, so the request must not outlive the resource.
+    finalizer(
+        &ctx.plumbing.api(&ns),
+        names::REPLAY_FINALIZER,
+        obj,
+        |event| async {
+            match event {
+                Finalizer::Apply(obj) => apply(&obj, ctx).await,
+                Finalizer::Cleanup(obj) => {
+                    withdraw(ctx, &ns, &obj.name_any()).await?;
+                    Ok(Action::await_change())
+                }
+            }
+        },
+    )
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// Deletes the replay's request from `herald-config`.
+async fn withdraw(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
+    nats::delete_if_present(&ctx.config_kv, &BucketKey::replay(ns, name).to_string()).await?;
+    Ok(())
 }
 
 pub fn error_policy(obj: Arc<Guarded>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -190,7 +265,15 @@ async fn apply(obj: &WebhookReplay, ctx: &Context) -> Result<Action, Error> {
         endpoint_exists: endpoints.get_opt(&obj.spec.endpoint).await?.is_some(),
         retention: layout::event_retention(&ctx.js).await?,
     };
-    let new = status(obj, found, Timestamp::now());
+    let now = Timestamp::now();
+    // Written once valid and then kept: the range is fixed, and a later check that
+    // fails only because the window moved on must not stop a replay under way.
+    if let Some(request) = request(obj, &check(obj, found, now)) {
+        let value = serde_json::to_vec(&request).unwrap_or_default();
+        let key = BucketKey::replay(&ns, &obj.name_any()).to_string();
+        nats::put_if_changed(&ctx.config_kv, &key, value).await?;
+    }
+    let new = status(obj, found, now);
     if obj.status.as_ref() != Some(&new) {
         ctx.plumbing
             .apply_status(&ns, &obj.name_any(), names::FIELD_MANAGER, &new)
@@ -315,6 +398,42 @@ mod tests {
         }
         let message = check(&replay("2026-11-29T21:00:00Z"), found(true, two_hours), now).message;
         assert!(message.contains("2h retention window"), "{message}");
+    }
+
+    #[test]
+    fn a_valid_replay_becomes_a_request_with_a_fixed_range() {
+        let now: Timestamp = "2026-11-30T00:00:00Z".parse().unwrap();
+        let mut r = replay("2026-11-29T00:00:00Z");
+        r.metadata.namespace = Some("shop".into());
+        r.metadata.uid = Some("u-1".into());
+        r.metadata.creation_timestamp = Some(Time("2026-11-29T12:00:00Z".parse().unwrap()));
+        r.spec.event_types = vec!["order.*".into()];
+        r.spec.only_failed = true;
+        let valid = check(&r, found(true, Some(DAYS_30)), now);
+        let got = request(&r, &valid).expect("a request");
+        assert_eq!(
+            got,
+            ReplayRequest {
+                namespace: "shop".into(),
+                name: "r".into(),
+                uid: "u-1".into(),
+                endpoint: "orders".into(),
+                from_ms: 1_795_910_400_000,
+                // No `to`: the creation time, so the range does not grow.
+                to_ms: 1_795_953_600_000,
+                event_types: vec!["order.*".into()],
+                only_failed: true,
+                dry_run: false,
+            }
+        );
+        r.spec.to = Some(Time("2026-11-29T06:00:00Z".parse().unwrap()));
+        assert_eq!(request(&r, &valid).unwrap().to_ms, 1_795_932_000_000);
+        let invalid = check(&r, found(false, Some(DAYS_30)), now);
+        assert_eq!(
+            request(&r, &invalid),
+            None,
+            "only a valid replay is asked for"
+        );
     }
 
     #[test]

@@ -352,7 +352,7 @@ async fn deleting_an_endpoint_withdraws_its_config_then_the_finalizer() {
 }
 
 #[tokio::test]
-async fn replays_are_validated_and_honestly_not_run() {
+async fn replays_are_validated_requested_and_withdrawn_but_not_run() {
     let ctx = TestContext::new("op-replay").await;
     // The event store exists (as the dispatchers create it), with the default retention.
     herald_e2e::dataplane::DataPlane::new(ctx.nats.clone()).await;
@@ -396,6 +396,35 @@ async fn replays_are_validated_and_honestly_not_run() {
         (condition(&r.status?.conditions, "Ready")?.status == "True").then_some(())
     })
     .await;
+
+    // A valid replay is handed to the data plane in herald-config, its range fixed
+    // (`to`: the creation time), and the resource holds a finalizer for it.
+    let (config_kv, _) = buckets(&ctx).await;
+    let key = herald_core::dataplane::BucketKey::replay(&ctx.namespace, "again").to_string();
+    let request = eventually("replay request", WAIT, || kv_get(&config_kv, &key)).await;
+    let obj = api.get("again").await.unwrap();
+    let created = obj.metadata.creation_timestamp.clone().unwrap().0;
+    assert_eq!(request["uid"], json!(obj.uid().unwrap()));
+    assert_eq!(request["endpoint"], json!("orders"));
+    assert_eq!(request["fromMs"], json!(obj.spec.from.0.as_millisecond()));
+    assert_eq!(request["toMs"], json!(created.as_millisecond()));
+    assert_eq!(request["onlyFailed"], json!(false));
+    assert!(
+        obj.finalizers()
+            .iter()
+            .any(|f| f == herald_core::names::REPLAY_FINALIZER)
+    );
+
+    // Deleting the replay withdraws the request, then the resource goes.
+    api.delete("again", &DeleteParams::default()).await.unwrap();
+    eventually("replay gone", WAIT, || async {
+        api.get_opt("again").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        kv_get(&config_kv, &key).await.is_none(),
+        "the request must be withdrawn"
+    );
     finish(ctx, vec![op]).await;
 }
 

@@ -14,7 +14,7 @@ pub mod records;
 
 pub use records::{
     AttemptOutcome, AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointConfig,
-    EndpointHealth, Hold, KeySet, LastAttempt, LastingState,
+    EndpointHealth, Hold, KeySet, LastAttempt, LastingState, ReplayRequest,
 };
 
 /// Ingest stream: the event store and the replay source.
@@ -142,7 +142,8 @@ impl fmt::Debug for EndpointKey {
 
 /// A key of [`CONFIG_BUCKET`] or [`HEALTH_BUCKET`]: `ep.<ns>.<name>` for an endpoint's
 /// configuration or health, `key.<ns>.<secret>` for a signing secret's key set,
-/// `state.<shard>.<ns>.<name>` for delivery state that must outlive a dispatcher.
+/// `state.<shard>.<ns>.<name>` for delivery state that must outlive a dispatcher,
+/// `replay.<ns>.<name>` for a `WebhookReplay`'s request.
 /// Parsed and printed only here, so the operator and the dispatchers cannot disagree.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum BucketKey {
@@ -157,13 +158,23 @@ pub enum BucketKey {
     /// recorded by the first binary that starts; a process started with another count
     /// refuses to run.
     ShardCount,
+    /// `replay.<ns>.<replay name>` (escaped like an endpoint's): in [`CONFIG_BUCKET`] a
+    /// valid `WebhookReplay`'s [`ReplayRequest`], written by the operator and deleted
+    /// with the resource.
+    Replay(EndpointKey),
 }
 
 impl BucketKey {
     const ENDPOINT: &str = "ep.";
     const KEY_SET: &str = "key.";
     const LASTING: &str = "state.";
+    const REPLAY: &str = "replay.";
     const SHARD_COUNT: &str = "layout.shards";
+
+    /// The key of `WebhookReplay` `name` in `namespace`.
+    pub fn replay(namespace: &str, name: &str) -> Self {
+        Self::Replay(EndpointKey::new(namespace, name))
+    }
 
     /// The filter that selects every [`BucketKey::Lasting`] of `shard`.
     pub fn lasting_filter(shard: u32) -> String {
@@ -181,6 +192,8 @@ impl BucketKey {
         }
         if let Some(rest) = key.strip_prefix(Self::ENDPOINT) {
             EndpointKey::parse(rest).map(Self::Endpoint)
+        } else if let Some(rest) = key.strip_prefix(Self::REPLAY) {
+            EndpointKey::parse(rest).map(Self::Replay)
         } else if let Some(rest) = key.strip_prefix(Self::LASTING) {
             let (shard, rest) = rest.split_once('.')?;
             Some(Self::Lasting {
@@ -197,7 +210,10 @@ impl BucketKey {
     /// The namespace the key belongs to (none for installation-wide keys).
     pub fn namespace(&self) -> &str {
         match self {
-            Self::Endpoint(k) | Self::KeySet(k) | Self::Lasting { key: k, .. } => k.namespace(),
+            Self::Endpoint(k)
+            | Self::KeySet(k)
+            | Self::Replay(k)
+            | Self::Lasting { key: k, .. } => k.namespace(),
             Self::ShardCount => "",
         }
     }
@@ -209,6 +225,7 @@ impl fmt::Display for BucketKey {
             Self::Endpoint(k) => write!(f, "{}{k}", Self::ENDPOINT),
             Self::KeySet(k) => write!(f, "{}{k}", Self::KEY_SET),
             Self::Lasting { shard, key } => write!(f, "{}{shard}.{key}", Self::LASTING),
+            Self::Replay(k) => write!(f, "{}{k}", Self::REPLAY),
             Self::ShardCount => f.write_str(Self::SHARD_COUNT),
         }
     }
@@ -409,6 +426,13 @@ mod tests {
             Some(BucketKey::ShardCount)
         );
         assert_eq!(BucketKey::ShardCount.to_string(), "layout.shards");
+        let replay = BucketKey::replay("shop", "again.v2");
+        assert_eq!(replay.to_string(), "replay.shop.again_v2");
+        assert_eq!(
+            BucketKey::parse("replay.shop.again_v2"),
+            Some(replay.clone())
+        );
+        assert_eq!(replay.namespace(), "shop");
         for bad in [
             "ep.",
             "ep.shop",
@@ -419,6 +443,9 @@ mod tests {
             "",
             "state.x.a.b",
             "state.1.a",
+            "replay.",
+            "replay.shop",
+            "replay.shop.a.b",
         ] {
             assert_eq!(BucketKey::parse(bad), None, "{bad}");
         }

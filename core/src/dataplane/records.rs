@@ -106,6 +106,34 @@ impl fmt::Debug for KeySet {
     }
 }
 
+/// A valid `WebhookReplay`, as the dispatcher owning its endpoint's shard carries it out.
+/// Stored as JSON under `replay.<ns>.<name>` in [`CONFIG_BUCKET`](super::CONFIG_BUCKET)
+/// by the operator, which alone can read the resource; deleted when the resource is.
+/// The range is fixed when written: `to` defaults to the resource's creation time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayRequest {
+    pub namespace: String,
+    /// The `WebhookReplay`'s name.
+    pub name: String,
+    /// The resource's uid: a deleted and re-created replay of the same name is a new
+    /// replay.
+    pub uid: String,
+    /// Name of the `WebhookEndpoint` (same namespace).
+    pub endpoint: String,
+    /// Events published at or after this Unix millisecond.
+    pub from_ms: u64,
+    /// Events published before this Unix millisecond.
+    pub to_ms: u64,
+    /// Type patterns the events must also match; empty: every type the endpoint takes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_types: Vec<String>,
+    #[serde(default)]
+    pub only_failed: bool,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
 /// What an attempt came to: the attempt log's error classes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AttemptOutcome {

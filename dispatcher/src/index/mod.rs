@@ -212,7 +212,7 @@ impl Index {
             Some(BucketKey::Endpoint(endpoint)) => self.apply_endpoint(key, endpoint, value),
             Some(BucketKey::KeySet(secret)) => self.apply_keys(key, secret, value),
             // Not endpoint configuration.
-            Some(BucketKey::Lasting { .. } | BucketKey::ShardCount) => None,
+            Some(BucketKey::Lasting { .. } | BucketKey::ShardCount | BucketKey::Replay(_)) => None,
         };
         if let Some(change) = change {
             let _ = self.changes.send(change);
