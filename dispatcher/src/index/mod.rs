@@ -13,6 +13,7 @@ use herald_core::signing::SigningKey;
 use herald_core::v1alpha1::DeliveryPolicy;
 
 use crate::supervise::Readiness;
+use matcher::Namespace;
 use tokio::sync::{broadcast, watch};
 
 /// An endpoint as the data plane uses it: the configuration plus what is derived once.
@@ -73,45 +74,6 @@ struct Inner {
     keys: HashMap<String, Arc<[SigningKey]>>,
 }
 
-/// A tenant's endpoints, indexed for matching: exact event types by hash lookup, so a
-/// namespace with many endpoints costs the fan-out only its candidates per event.
-#[derive(Default)]
-struct Namespace {
-    exact: HashMap<String, Vec<EndpointKey>>,
-    wildcard: Vec<EndpointKey>,
-    count: usize,
-}
-
-impl Namespace {
-    fn add(&mut self, endpoint: &Endpoint) {
-        self.count += 1;
-        for ty in endpoint.exact_types() {
-            self.exact
-                .entry(ty.to_owned())
-                .or_default()
-                .push(endpoint.key.clone());
-        }
-        if !endpoint.wildcards.is_empty() {
-            self.wildcard.push(endpoint.key.clone());
-        }
-    }
-
-    fn remove(&mut self, endpoint: &Endpoint) {
-        self.count = self.count.saturating_sub(1);
-        for ty in endpoint.exact_types() {
-            if let Some(keys) = self.exact.get_mut(ty) {
-                keys.retain(|k| *k != endpoint.key);
-                if keys.is_empty() {
-                    self.exact.remove(ty);
-                }
-            }
-        }
-        if !endpoint.wildcards.is_empty() {
-            self.wildcard.retain(|k| *k != endpoint.key);
-        }
-    }
-}
-
 impl Inner {
     /// Replaces the endpoint's delivery policy by an identical shared one, if any.
     fn intern(&mut self, mut endpoint: Arc<Endpoint>) -> Arc<Endpoint> {
@@ -170,21 +132,11 @@ impl Index {
     }
 
     /// The endpoints of `namespace` that receive `event_type`, or `None` when the
-    /// namespace has no endpoints at all (an unknown tenant).
+    /// namespace has no endpoints at all (an unknown tenant). Costs the matches and the
+    /// type's depth, never the endpoints that do not match (see [`matcher`]).
     pub fn matching(&self, namespace: &str, event_type: &str) -> Option<Vec<Arc<Endpoint>>> {
         let inner = self.inner.read().expect("index lock");
-        let ns = inner.namespaces.get(namespace)?;
-        let mut out: Vec<Arc<Endpoint>> = Vec::new();
-        let exact = ns.exact.get(event_type).into_iter().flatten();
-        for key in exact.chain(ns.wildcard.iter()) {
-            if let Some(endpoint) = inner.endpoints.get(key)
-                && endpoint.matches(event_type)
-                && !out.iter().any(|e| e.key == *key)
-            {
-                out.push(endpoint.clone());
-            }
-        }
-        Some(out)
+        Some(inner.namespaces.get(namespace)?.matching(event_type))
     }
 
     /// The keys that sign for the endpoint's secret (newest first).
@@ -404,5 +356,6 @@ pub async fn follow(
     }
 }
 
+mod matcher;
 #[cfg(test)]
 mod tests;

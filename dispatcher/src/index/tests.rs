@@ -59,3 +59,120 @@ fn invalid_entries_are_skipped_not_fatal() {
     );
     assert_eq!(index.keys("shop", "s").unwrap().len(), 1);
 }
+
+fn config_in(namespace: &str, name: &str, types: &[String]) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "namespace": namespace, "name": name, "uid": name, "generation": 1,
+        "url": "https://hooks.example.com/", "eventTypes": types, "secret": "s",
+        "delivery": {}, "shard": 0
+    }))
+    .unwrap()
+}
+
+#[test]
+fn an_endpoint_whose_patterns_overlap_is_matched_once() {
+    let index = Index::default();
+    let types = ["order.created", "order.*", "*", "*.created", "order.*.*"].map(String::from);
+    index.apply("ep.shop.all", Some(&config_in("shop", "all", &types)));
+    index.apply("ep.shop.one", Some(&config_in("shop", "one", &types[..1])));
+    let keys = |ty: &str| {
+        let mut names: Vec<String> = index
+            .matching("shop", ty)
+            .unwrap()
+            .iter()
+            .map(|e| e.config.name.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(keys("order.created"), ["all", "one"]);
+    assert_eq!(keys("order.item.added"), ["all"]);
+    assert_eq!(keys("order"), ["all"]);
+    assert!(index.matching("other", "order").is_none());
+}
+
+mod against_a_scan {
+    use super::*;
+    use proptest::prelude::*;
+
+    const NAMESPACES: [&str; 2] = ["shop", "bank"];
+    const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+
+    fn pattern() -> impl Strategy<Value = String> {
+        proptest::collection::vec(prop_oneof!["x", "y", "z", Just("*".to_owned())], 1..4)
+            .prop_map(|segments| segments.join("."))
+    }
+
+    /// Every event type over the segments the patterns use, up to four deep.
+    fn event_types() -> Vec<String> {
+        let mut all: Vec<String> = vec![String::new()];
+        let mut out = Vec::new();
+        for _ in 0..4 {
+            all = all
+                .iter()
+                .flat_map(|prefix| {
+                    ["x", "y", "z", "w"].map(|s| {
+                        if prefix.is_empty() {
+                            s.to_owned()
+                        } else {
+                            format!("{prefix}.{s}")
+                        }
+                    })
+                })
+                .collect();
+            out.extend(all.iter().cloned());
+        }
+        out
+    }
+
+    /// One change: an endpoint put with these patterns, or deleted (`None`).
+    type Step = (usize, usize, Option<Vec<String>>);
+
+    fn step() -> impl Strategy<Value = Step> {
+        (
+            0..NAMESPACES.len(),
+            0..NAMES.len(),
+            proptest::option::weighted(0.8, proptest::collection::vec(pattern(), 1..5)),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        // The index answers what a scan of every endpoint with `Endpoint::matches`
+        // answers, after any sequence of puts, pattern changes and deletions.
+        #[test]
+        fn matching_equals_a_scan_over_all_endpoints(
+            steps in proptest::collection::vec(step(), 1..40)
+        ) {
+            let index = Index::default();
+            for (ns, name, types) in &steps {
+                let (ns, name) = (NAMESPACES[*ns], NAMES[*name]);
+                let value = types.as_ref().map(|t| config_in(ns, name, t));
+                index.apply(&format!("ep.{ns}.{name}"), value.as_deref());
+            }
+            for ns in NAMESPACES {
+                let endpoints: Vec<Arc<Endpoint>> = NAMES
+                    .iter()
+                    .filter_map(|name| index.endpoint(&EndpointKey::new(ns, name)))
+                    .collect();
+                for ty in event_types() {
+                    let got = index.matching(ns, &ty).map(|found| {
+                        let mut names: Vec<String> =
+                            found.iter().map(|e| e.config.name.clone()).collect();
+                        names.sort();
+                        names
+                    });
+                    let expected = (!endpoints.is_empty()).then(|| {
+                        endpoints
+                            .iter()
+                            .filter(|e| e.matches(&ty))
+                            .map(|e| e.config.name.clone())
+                            .collect::<Vec<_>>()
+                    });
+                    prop_assert_eq!(got, expected, "{} {}", ns, ty);
+                }
+            }
+        }
+    }
+}
