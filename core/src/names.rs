@@ -76,4 +76,10 @@ pub mod reason {
     pub const EVENT_STORE_MISSING: &str = "EventStoreMissing";
     /// The replay request is valid.
     pub const VALID: &str = "Valid";
+    /// A replay waits for the dispatcher that owns its endpoint's shard to take it up.
+    pub const WAITING: &str = "Waiting";
+    /// A replay is being carried out.
+    pub const RUNNING: &str = "Running";
+    /// A replay has been carried out.
+    pub const COMPLETED: &str = "Completed";
 }

@@ -13,6 +13,7 @@ pub mod http;
 pub mod index;
 pub mod lease;
 pub mod metrics;
+pub mod replay;
 pub mod retry;
 pub mod server;
 pub mod setup;

@@ -197,13 +197,15 @@ async fn deliver_as_own_identities(env: &'static TestEnv) {
     assert!(got.header("webhook-signature").starts_with("v1,"));
 
     // A replay is checked against the event store's real retention: the operator's
-    // identity reads the stream's configuration, never an event.
+    // identity reads the stream's configuration, never an event. A dry run is carried
+    // out by the dispatcher's identity: it reads the range from the event store and
+    // reports progress.
     let replays = Api::<WebhookReplay>::namespaced(kube.clone(), ns);
     let from = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
     let replay: WebhookReplay = serde_json::from_value(json!({
         "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookReplay",
         "metadata": {"name": herald_e2e::unique_name("again")},
-        "spec": {"endpoint": "orders", "from": from.to_string()}
+        "spec": {"endpoint": "orders", "from": from.to_string(), "dryRun": true}
     }))
     .expect("WebhookReplay");
     let name = replays
@@ -213,15 +215,23 @@ async fn deliver_as_own_identities(env: &'static TestEnv) {
         .metadata
         .name
         .expect("a name");
-    eventually("the WebhookReplay checked and valid", WAIT, || async {
+    let matched = eventually("the dry-run WebhookReplay carried out", WAIT, || async {
         let status = replays.get(&name).await.ok()?.status?;
-        status
+        let valid = status
             .conditions
             .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let complete = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True");
+        (valid && complete).then_some(status.matched)
     })
     .await;
+    assert!(
+        matched.is_some_and(|m| m >= 1),
+        "the delivered event is in the range: {matched:?}"
+    );
     let operator = Watched::connect(env, "operator").await;
     let retention =
         herald_core::dataplane::layout::event_retention(&jetstream::new(operator.client.clone()))

@@ -143,6 +143,7 @@ impl Term {
             plumbing: setup.plumbing(replay::KIND),
             js: setup.buckets.js.clone(),
             config_kv: setup.buckets.config.clone(),
+            health_kv: setup.buckets.health.clone(),
         };
         tasks.spawn(replay::run(Arc::new(replays), namespace, stop.clone()));
     }

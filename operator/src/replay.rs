@@ -21,7 +21,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 
 use futures::StreamExt;
-use herald_core::dataplane::{BucketKey, ReplayRequest, layout};
+use herald_core::dataplane::{BucketKey, ReplayProgress, ReplayRequest, layout};
 use herald_core::names::{self, condition, reason};
 use herald_core::v1alpha1::{ReplayPhase, WebhookEndpoint, WebhookReplay, WebhookReplayStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -39,6 +39,8 @@ use crate::reconcile::{self, Categorized, Plumbing};
 pub const KIND: &str = "WebhookReplay";
 /// How soon a replay waiting for the event store to exist is looked at again.
 const EVENT_STORE_RECHECK: Duration = Duration::from_secs(10);
+/// How soon the progress of a replay under way is read again.
+const PROGRESS_RECHECK: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -74,6 +76,8 @@ pub struct Context {
     pub js: jetstream::Context,
     /// Where replay requests go.
     pub config_kv: jetstream::kv::Store,
+    /// Where the dispatchers report replay progress.
+    pub health_kv: jetstream::kv::Store,
 }
 
 /// What the replay is checked against, read from the cluster and NATS.
@@ -165,44 +169,117 @@ pub fn request(replay: &WebhookReplay, ready: &Desired) -> Option<ReplayRequest>
     }
     let millis = |t: Timestamp| u64::try_from(t.as_millisecond()).unwrap_or(0);
     let spec = &replay.spec;
-    let to = spec
-        .to
-        .as_ref()
-        .or(replay.metadata.creation_timestamp.as_ref())?;
+    // Without `to`: up to the end of the second the replay was created in (the API server
+    // keeps whole seconds, and an event published just before it must not be left out).
+    let to_ms = match &spec.to {
+        Some(to) => millis(to.0),
+        None => millis(replay.metadata.creation_timestamp.as_ref()?.0) + 1_000,
+    };
     Some(ReplayRequest {
         namespace: replay.metadata.namespace.clone()?,
         name: replay.metadata.name.clone()?,
         uid: replay.metadata.uid.clone()?,
         endpoint: spec.endpoint.clone(),
         from_ms: millis(spec.from.0),
-        to_ms: millis(to.0),
+        to_ms,
         event_types: spec.event_types.clone(),
         only_failed: spec.only_failed,
         dry_run: spec.dry_run,
     })
 }
 
-/// Pure: the status of `replay` given what exists.
-pub fn status(replay: &WebhookReplay, found: Found, now: Timestamp) -> WebhookReplayStatus {
+/// Pure: the status of `replay` given what exists and the progress a dispatcher reported
+/// (only progress of this very replay, by uid, counts).
+pub fn status(
+    replay: &WebhookReplay,
+    found: Found,
+    progress: Option<&ReplayProgress>,
+    now: Timestamp,
+) -> WebhookReplayStatus {
     let old = replay.status.clone().unwrap_or_default();
-    let mut desired = conditions::ready_with_kstatus(check(replay, found, now));
-    desired.push(Desired::new(
-        condition::COMPLETE,
-        false,
-        reason::NOT_IMPLEMENTED,
-        "replay delivery is not carried out yet by this version of Herald",
-    ));
-    WebhookReplayStatus {
-        conditions: conditions::merge(
-            &old.conditions,
-            &desired,
-            replay.metadata.generation,
-            &Time(now),
-        ),
+    let ready = check(replay, found, now);
+    let asked = request(replay, &ready);
+    let progress = progress.filter(|p| replay.metadata.uid.as_deref() == Some(p.uid.as_str()));
+    let mut desired = conditions::ready_with_kstatus(ready);
+    let mut new = WebhookReplayStatus {
         observed_generation: replay.metadata.generation,
         phase: Some(ReplayPhase::Pending),
         ..Default::default()
-    }
+    };
+    let dry_run = replay.spec.dry_run;
+    let not_built = !replay.spec.dry_run || replay.spec.only_failed;
+    let complete = match (progress, asked) {
+        _ if not_built => Desired::new(
+            condition::COMPLETE,
+            false,
+            reason::NOT_IMPLEMENTED,
+            "this version of Herald carries out only dry runs without onlyFailed; re-enqueueing events is not built yet",
+        ),
+        (Some(p), _) => {
+            new.matched = Some(p.matched);
+            new.enqueued = Some(p.enqueued);
+            new.start_time = Some(old.start_time.clone().unwrap_or(Time(now)));
+            if p.done {
+                new.phase = Some(ReplayPhase::Completed);
+                new.completion_time = Some(old.completion_time.clone().unwrap_or(Time(now)));
+                let what = if dry_run {
+                    "would be sent (dry run: nothing was sent)"
+                } else {
+                    "matched"
+                };
+                Desired::new(
+                    condition::COMPLETE,
+                    true,
+                    reason::COMPLETED,
+                    format!("{} events in the range {what}", p.matched),
+                )
+            } else {
+                new.phase = Some(ReplayPhase::Running);
+                let running = Desired::new(
+                    condition::COMPLETE,
+                    false,
+                    reason::RUNNING,
+                    format!("{} events matched so far", p.matched),
+                );
+                desired.push(Desired::new(
+                    condition::RECONCILING,
+                    true,
+                    reason::RUNNING,
+                    running.message.clone(),
+                ));
+                running
+            }
+        }
+        (None, Some(_)) => {
+            let waiting = Desired::new(
+                condition::COMPLETE,
+                false,
+                reason::WAITING,
+                "waiting for the dispatcher that owns the endpoint's shard to take the replay up",
+            );
+            desired.push(Desired::new(
+                condition::RECONCILING,
+                true,
+                reason::WAITING,
+                waiting.message.clone(),
+            ));
+            waiting
+        }
+        (None, None) => Desired::new(
+            condition::COMPLETE,
+            false,
+            reason::WAITING,
+            "the replay starts once it is valid (see Ready)",
+        ),
+    };
+    desired.push(complete);
+    new.conditions = conditions::merge(
+        &old.conditions,
+        &desired,
+        replay.metadata.generation,
+        &Time(now),
+    );
+    new
 }
 
 pub async fn reconcile(guard: Arc<Guarded>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -266,14 +343,18 @@ async fn apply(obj: &WebhookReplay, ctx: &Context) -> Result<Action, Error> {
         retention: layout::event_retention(&ctx.js).await?,
     };
     let now = Timestamp::now();
+    let key = BucketKey::replay(&ns, &obj.name_any()).to_string();
     // Written once valid and then kept: the range is fixed, and a later check that
     // fails only because the window moved on must not stop a replay under way.
-    if let Some(request) = request(obj, &check(obj, found, now)) {
-        let value = serde_json::to_vec(&request).unwrap_or_default();
-        let key = BucketKey::replay(&ns, &obj.name_any()).to_string();
+    let asked = request(obj, &check(obj, found, now));
+    if let Some(request) = &asked {
+        let value = serde_json::to_vec(request).unwrap_or_default();
         nats::put_if_changed(&ctx.config_kv, &key, value).await?;
     }
-    let new = status(obj, found, now);
+    let progress = nats::read(&ctx.health_kv, &key)
+        .await?
+        .and_then(|v| serde_json::from_slice::<ReplayProgress>(&v).ok());
+    let new = status(obj, found, progress.as_ref(), now);
     if obj.status.as_ref() != Some(&new) {
         ctx.plumbing
             .apply_status(&ns, &obj.name_any(), names::FIELD_MANAGER, &new)
@@ -281,6 +362,12 @@ async fn apply(obj: &WebhookReplay, ctx: &Context) -> Result<Action, Error> {
     }
     if found.retention.is_none() {
         return Ok(Action::requeue(EVENT_STORE_RECHECK));
+    }
+    // A replay under way: its progress is read again shortly.
+    if asked.as_ref().is_some_and(ReplayRequest::carried_out)
+        && new.phase != Some(ReplayPhase::Completed)
+    {
+        return Ok(Action::requeue(PROGRESS_RECHECK));
     }
     // The retention check depends on the clock (and the stream's configuration): look
     // again later.
@@ -419,8 +506,8 @@ mod tests {
                 uid: "u-1".into(),
                 endpoint: "orders".into(),
                 from_ms: 1_795_910_400_000,
-                // No `to`: the creation time, so the range does not grow.
-                to_ms: 1_795_953_600_000,
+                // No `to`: the end of the creation second, so the range does not grow.
+                to_ms: 1_795_953_601_000,
                 event_types: vec!["order.*".into()],
                 only_failed: true,
                 dry_run: false,
@@ -434,6 +521,62 @@ mod tests {
             None,
             "only a valid replay is asked for"
         );
+    }
+
+    #[test]
+    fn progress_of_this_replay_becomes_its_status() {
+        let now: Timestamp = "2026-11-30T00:00:00Z".parse().unwrap();
+        let mut r = replay("2026-11-29T00:00:00Z");
+        r.metadata.namespace = Some("shop".into());
+        r.metadata.uid = Some("u-1".into());
+        r.metadata.creation_timestamp = Some(Time(now));
+        r.spec.dry_run = true;
+        let ok = found(true, Some(DAYS_30));
+        let complete = |s: &WebhookReplayStatus| {
+            let c = conditions::find(&s.conditions, condition::COMPLETE).unwrap();
+            (c.status.clone(), c.reason.clone())
+        };
+        let waiting = status(&r, ok, None, now);
+        assert_eq!(waiting.phase, Some(ReplayPhase::Pending));
+        assert_eq!(complete(&waiting), ("False".into(), reason::WAITING.into()));
+        assert_eq!(waiting.matched, None, "no invented progress");
+        let mut progress = ReplayProgress {
+            uid: "u-1".into(),
+            matched: 7,
+            cursor: 40,
+            ..Default::default()
+        };
+        let running = status(&r, ok, Some(&progress), now);
+        assert_eq!(running.phase, Some(ReplayPhase::Running));
+        assert_eq!(running.matched, Some(7));
+        assert!(conditions::find(&running.conditions, condition::RECONCILING).is_some());
+        progress.done = true;
+        r.status = Some(running);
+        let later = now + SignedDuration::from_secs(5);
+        let done = status(&r, ok, Some(&progress), later);
+        assert_eq!(done.phase, Some(ReplayPhase::Completed));
+        assert_eq!(complete(&done), ("True".into(), reason::COMPLETED.into()));
+        assert_eq!(
+            done.start_time,
+            Some(Time(now)),
+            "kept from the first report"
+        );
+        assert_eq!(done.completion_time, Some(Time(later)));
+        assert!(conditions::find(&done.conditions, condition::RECONCILING).is_none());
+        // Another replay's progress (an earlier one of the same name) is not this one's.
+        let stale = ReplayProgress {
+            uid: "u-0".into(),
+            ..progress.clone()
+        };
+        assert_eq!(status(&r, ok, Some(&stale), now).matched, None);
+        // Not built yet: said so, whatever is reported.
+        r.spec.dry_run = false;
+        let not_built = status(&r, ok, Some(&progress), now);
+        assert_eq!(
+            complete(&not_built),
+            ("False".into(), reason::NOT_IMPLEMENTED.into())
+        );
+        assert_eq!(not_built.phase, Some(ReplayPhase::Pending));
     }
 
     #[test]

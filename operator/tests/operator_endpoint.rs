@@ -407,7 +407,7 @@ async fn replays_are_validated_requested_and_withdrawn_but_not_run() {
     assert_eq!(request["uid"], json!(obj.uid().unwrap()));
     assert_eq!(request["endpoint"], json!("orders"));
     assert_eq!(request["fromMs"], json!(obj.spec.from.0.as_millisecond()));
-    assert_eq!(request["toMs"], json!(created.as_millisecond()));
+    assert_eq!(request["toMs"], json!(created.as_millisecond() + 1_000));
     assert_eq!(request["onlyFailed"], json!(false));
     assert!(
         obj.finalizers()

@@ -14,7 +14,7 @@ pub mod records;
 
 pub use records::{
     AttemptOutcome, AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointConfig,
-    EndpointHealth, Hold, KeySet, LastAttempt, LastingState, ReplayRequest,
+    EndpointHealth, Hold, KeySet, LastAttempt, LastingState, ReplayProgress, ReplayRequest,
 };
 
 /// Ingest stream: the event store and the replay source.

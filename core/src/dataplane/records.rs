@@ -109,7 +109,8 @@ impl fmt::Debug for KeySet {
 /// A valid `WebhookReplay`, as the dispatcher owning its endpoint's shard carries it out.
 /// Stored as JSON under `replay.<ns>.<name>` in [`CONFIG_BUCKET`](super::CONFIG_BUCKET)
 /// by the operator, which alone can read the resource; deleted when the resource is.
-/// The range is fixed when written: `to` defaults to the resource's creation time.
+/// The range is fixed when written: `to` defaults to the end of the second the resource
+/// was created in.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayRequest {
@@ -132,6 +133,37 @@ pub struct ReplayRequest {
     pub only_failed: bool,
     #[serde(default)]
     pub dry_run: bool,
+}
+
+impl ReplayRequest {
+    /// Whether this version of Herald carries the request out: dry runs without
+    /// `onlyFailed` (re-enqueueing and the attempt log's verdicts are not built yet).
+    pub fn carried_out(&self) -> bool {
+        self.dry_run && !self.only_failed
+    }
+}
+
+/// How far the dispatcher carrying out a replay has come. Stored as JSON under
+/// `replay.<ns>.<name>` in [`HEALTH_BUCKET`](super::HEALTH_BUCKET) by the owner of the
+/// endpoint's shard; the operator mirrors it into the `WebhookReplay`'s status, and a
+/// new owner of the shard resumes from `cursor`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayProgress {
+    /// The [`ReplayRequest::uid`] this is the progress of.
+    pub uid: String,
+    /// Whether the whole range has been looked at.
+    #[serde(default)]
+    pub done: bool,
+    /// Events in the range that match the filters, so far.
+    #[serde(default)]
+    pub matched: u64,
+    /// Events queued for delivery again, so far.
+    #[serde(default)]
+    pub enqueued: u64,
+    /// The event-store sequence of the last event looked at (0: none yet).
+    #[serde(default)]
+    pub cursor: u64,
 }
 
 /// What an attempt came to: the attempt log's error classes.

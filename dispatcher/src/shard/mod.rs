@@ -101,12 +101,15 @@ pub async fn run(
     let scheduled = lasting::load_scheduled(&shared.layout.deliveries, shard)
         .await
         .map_err(ShardError::Load)?;
+    // The replays of this shard's endpoints run beside it and stop with it.
+    let replays = tokio::spawn(crate::replay::run(shared.clone(), shard, stop.clone()));
     let mut runtime = Runtime::new(shared, shard, saved);
     // Endpoints whose work waits only as schedules report their backlog too.
     for (key, (count, oldest)) in scheduled {
         runtime.state(&key).restore_scheduled(count, oldest);
     }
     let result = runtime.run(&mut stop).await;
+    replays.abort();
     if result.is_err() {
         runtime.attempts.abort_all();
     }

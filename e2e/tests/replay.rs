@@ -1,0 +1,209 @@
+//! `WebhookReplay` the way a tenant uses it, against the real API server and NATS: the
+//! operator hands the replay to the dispatcher that owns the endpoint's shard, which
+//! reads the range from the event store and reports progress the operator writes into
+//! the status.
+//!
+//! Built so far: dry runs (without `onlyFailed`) are carried out — they count what a
+//! replay would send and send nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use herald_core::v1alpha1::{ReplayPhase, WebhookEndpoint, WebhookReplay};
+use herald_e2e::dataplane::{DataPlane, shared_dispatcher};
+use herald_e2e::receiver::Receiver;
+use herald_e2e::{TestContext, env, eventually};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+use tokio::sync::oneshot;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
+    let kubeconfig = env().kubeconfig().display().to_string();
+    let args = [
+        "herald-operator",
+        "--nats-url",
+        env().nats_url(),
+        "--namespace",
+        &ctx.namespace,
+        "--lease-namespace",
+        &ctx.namespace,
+        "--kubeconfig",
+        &kubeconfig,
+        "--listen",
+        "127.0.0.1:0",
+        "--shards",
+        "4",
+        "--allow-network",
+        "127.0.0.0/8",
+        "--allow-http",
+        "--status-interval",
+        "1s",
+    ]
+    .map(str::to_owned);
+    let config =
+        <herald_operator::Config as clap::Parser>::try_parse_from(args).expect("operator flags");
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(herald_operator::run(config, async move {
+        let _ = rx.await;
+    }));
+    tx
+}
+
+fn apply(ctx: &TestContext, manifest: serde_json::Value) {
+    let mut child = env()
+        .kubectl()
+        .args(["apply", "--server-side", "-n", &ctx.namespace, "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        serde_json::to_string(&manifest).unwrap().as_bytes(),
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success(), "kubectl apply failed");
+}
+
+/// A dry run counts the stored events the endpoint takes, of the replay's types, in its
+/// range — including ones published before the endpoint was configured — and sends
+/// none of them; its status ends `Completed` with `Complete=True`.
+#[tokio::test]
+async fn a_dry_run_replay_counts_what_it_would_send_and_sends_nothing() {
+    let ctx = TestContext::new("replay-dry").await;
+    shared_dispatcher(env());
+    let stop_operator = start_operator(&ctx);
+    let rx = Receiver::start().await;
+    let dp = DataPlane::new(env().nats().await).await;
+    let from = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+
+    apply(
+        &ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+            "metadata": {"name": "orders"}, "spec": {}
+        }),
+    );
+    apply(
+        &ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+            "metadata": {"name": "orders"},
+            "spec": {"url": rx.url("orders"), "eventTypes": ["order.*", "invoice.*"],
+                     "secretRef": {"name": "orders"}}
+        }),
+    );
+    let endpoints: Api<WebhookEndpoint> = ctx.api();
+    eventually("the endpoint Ready", WAIT, || {
+        let endpoints = endpoints.clone();
+        async move {
+            let status = endpoints.get("orders").await.ok()?.status?;
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await;
+    // Until the dispatcher has the configuration, events are stored but not delivered;
+    // the replay counts them all the same.
+    let orders = Arc::new(AtomicU64::new(0));
+    eventually("the first delivery", WAIT, || {
+        let (dp, rx, ns, orders) = (
+            dp.clone(),
+            rx.clone(),
+            ctx.namespace.clone(),
+            orders.clone(),
+        );
+        async move {
+            if rx.received("orders").is_empty() {
+                dp.publish(&ns, "order.created", json!({})).await;
+                orders.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            (!rx.received("orders").is_empty()).then_some(())
+        }
+    })
+    .await;
+    let delivered = rx.received("orders").len() + 8;
+    for i in 0..5 {
+        dp.publish(&ctx.namespace, "order.paid", json!({ "i": i }))
+            .await;
+    }
+    orders.fetch_add(5, Ordering::SeqCst);
+    for i in 0..3 {
+        dp.publish(&ctx.namespace, "invoice.paid", json!({ "i": i }))
+            .await;
+        // Not the endpoint's: never counted.
+        dp.publish(&ctx.namespace, "user.created", json!({ "i": i }))
+            .await;
+    }
+    eventually("the events delivered", WAIT, || async {
+        (rx.received("orders").len() >= delivered).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let requests = rx.request_count("orders");
+
+    let replay: WebhookReplay = serde_json::from_value(json!({
+        "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookReplay",
+        "metadata": {"name": "orders-again"},
+        "spec": {"endpoint": "orders", "from": from.to_string(), "eventTypes": ["order.*"],
+                 "dryRun": true},
+    }))
+    .unwrap();
+    let replays: Api<WebhookReplay> = ctx.api();
+    replays
+        .create(&PostParams::default(), &replay)
+        .await
+        .expect("creating the WebhookReplay");
+    let status = eventually("the dry run Complete", WAIT, || async {
+        let status = replays.get("orders-again").await.ok()?.status?;
+        let complete = status.conditions.iter().find(|c| c.type_ == "Complete")?;
+        (complete.status == "True").then_some(status)
+    })
+    .await;
+    assert_eq!(status.phase, Some(ReplayPhase::Completed), "{status:?}");
+    assert_eq!(
+        status.matched,
+        Some(orders.load(Ordering::SeqCst)),
+        "every order.* event in the range, none of the others: {status:?}"
+    );
+    assert_eq!(status.enqueued, Some(0), "{status:?}");
+    let complete = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Complete")
+        .unwrap();
+    assert_eq!(complete.reason, "Completed");
+    assert!(complete.message.contains("dry run"), "{complete:?}");
+    assert!(status.completion_time.is_some());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        rx.request_count("orders"),
+        requests,
+        "a dry run sends nothing"
+    );
+
+    // With all types: the invoices too.
+    let all: WebhookReplay = serde_json::from_value(json!({
+        "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookReplay",
+        "metadata": {"name": "everything"},
+        "spec": {"endpoint": "orders", "from": from.to_string(), "dryRun": true},
+    }))
+    .unwrap();
+    replays.create(&PostParams::default(), &all).await.unwrap();
+    let matched = eventually("the second dry run Complete", WAIT, || async {
+        let status = replays.get("everything").await.ok()?.status?;
+        (status.phase == Some(ReplayPhase::Completed)).then_some(status.matched)
+    })
+    .await;
+    assert_eq!(matched, Some(orders.load(Ordering::SeqCst) + 3));
+    let _ = stop_operator.send(());
+    ctx.cleanup().await;
+}
