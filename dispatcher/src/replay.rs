@@ -6,7 +6,7 @@
 //! Built so far: dry runs without `onlyFailed` — the events in the range that the
 //! endpoint and the replay's types select are counted (`matched`), nothing is sent.
 //! Other requests are left alone (their status says so) until re-enqueueing is built.
-//! A deleted request stops its worker at once.
+//! A deleted request stops its worker at once, and its progress is deleted with it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -46,7 +46,9 @@ pub fn selects(
 /// Follows the replay requests in `herald-config` and carries out those of endpoints on
 /// `shard` until `stop`.
 pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
-    let mut workers: HashMap<String, (String, JoinHandle<()>)> = HashMap::new();
+    // One entry per request seen (replays are few and deleted by their owners); the task
+    // says whether the replay was this shard's.
+    let mut workers: HashMap<String, (String, JoinHandle<bool>)> = HashMap::new();
     let watch = async {
         loop {
             let mut entries = match shared.layout.config.watch_with_history("replay.>").await {
@@ -59,11 +61,9 @@ pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
             };
             while let Some(entry) = entries.next().await {
                 let Ok(entry) = entry else { break };
-                workers.retain(|_, (_, task)| !task.is_finished());
                 if entry.operation != kv::Operation::Put {
                     if let Some((_, task)) = workers.remove(&entry.key) {
-                        tracing::info!(shard, replay = entry.key, "replay withdrawn; stopped");
-                        task.abort();
+                        withdraw(&shared, shard, &entry.key, task).await;
                     }
                     continue;
                 }
@@ -95,12 +95,31 @@ pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// One replay, from where its progress says to the end of its range.
-async fn work(shared: Shared, shard: u32, key: String, request: ReplayRequest) {
+/// The replay's request is gone: stop its worker and, if the replay was this shard's
+/// (or might have been), delete its progress.
+async fn withdraw(shared: &Shared, shard: u32, key: &str, task: JoinHandle<bool>) {
+    let ours = if task.is_finished() {
+        task.await.unwrap_or(true)
+    } else {
+        task.abort();
+        true
+    };
+    if !ours {
+        return;
+    }
+    tracing::info!(shard, replay = key, "replay withdrawn; stopped");
+    if let Err(error) = shared.layout.health.delete(key).await {
+        tracing::warn!(replay = key, %error, "deleting a withdrawn replay's progress");
+    }
+}
+
+/// One replay, from where its progress says to the end of its range. Returns whether it
+/// was this shard's.
+async fn work(shared: Shared, shard: u32, key: String, request: ReplayRequest) -> bool {
     let endpoint_key = EndpointKey::new(&request.namespace, &request.endpoint);
     let endpoint = loop {
         match shared.index.endpoint(&endpoint_key) {
-            Some(ep) if ep.config.shard != shard => return,
+            Some(ep) if ep.config.shard != shard => return false,
             Some(ep) => break ep,
             None => tokio::time::sleep(CONFIG_WAIT).await,
         }
@@ -112,7 +131,7 @@ async fn work(shared: Shared, shard: u32, key: String, request: ReplayRequest) {
         .collect();
     loop {
         match scan(&shared, &key, &request, &endpoint, &types).await {
-            Ok(()) => return,
+            Ok(()) => return true,
             Err(error) => {
                 tracing::warn!(replay = key, %error, "replay interrupted; resuming");
                 tokio::time::sleep(Duration::from_secs(1)).await;

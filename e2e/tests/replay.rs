@@ -10,12 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use herald_core::dataplane::{BucketKey, CONFIG_BUCKET, HEALTH_BUCKET};
 use herald_core::v1alpha1::{ReplayPhase, WebhookEndpoint, WebhookReplay};
 use herald_e2e::dataplane::{DataPlane, shared_dispatcher};
 use herald_e2e::receiver::Receiver;
 use herald_e2e::{TestContext, env, eventually};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -204,6 +205,31 @@ async fn a_dry_run_replay_counts_what_it_would_send_and_sends_nothing() {
     })
     .await;
     assert_eq!(matched, Some(orders.load(Ordering::SeqCst) + 3));
+
+    // Deleting a replay withdraws its request and the dispatcher deletes its progress.
+    let js = async_nats::jetstream::new(env().nats().await);
+    let config = js.get_key_value(CONFIG_BUCKET).await.unwrap();
+    let health = js.get_key_value(HEALTH_BUCKET).await.unwrap();
+    let key = BucketKey::replay(&ctx.namespace, "everything").to_string();
+    assert!(
+        health.get(&key).await.unwrap().is_some(),
+        "progress reported"
+    );
+    replays
+        .delete("everything", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the replay, its request and its progress gone",
+        WAIT,
+        || async {
+            let gone = replays.get_opt("everything").await.ok()?.is_none()
+                && config.get(&key).await.ok()?.is_none()
+                && health.get(&key).await.ok()?.is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
     let _ = stop_operator.send(());
     ctx.cleanup().await;
 }
