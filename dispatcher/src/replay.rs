@@ -3,19 +3,22 @@
 //! progress under `replay.<ns>.<name>` in the health bucket, where the operator turns
 //! it into the resource's status and a new owner of the shard resumes from its cursor.
 //!
-//! Built so far: dry runs without `onlyFailed` — the events in the range that the
-//! endpoint and the replay's types select are counted (`matched`), nothing is sent.
-//! Other requests are left alone (their status says so) until re-enqueueing is built.
+//! Built so far: dry runs — the events in the range that the endpoint and the replay's
+//! types select (with `onlyFailed`, only those whose newest attempt record for the
+//! endpoint says retrying or dead) are counted (`matched`), nothing is sent. Other
+//! requests are left alone (their status says so) until re-enqueueing is built.
 //! A deleted request stops its worker at once, and its progress is deleted with it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::kv;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    BucketKey, EVENTS_PREFIX, EndpointKey, ReplayProgress, ReplayRequest, parse_event_subject,
+    ATTEMPTS_STREAM, AttemptRecord, BucketKey, DeliveryState, EVENTS_PREFIX, EndpointKey,
+    ReplayProgress, ReplayRequest, event_id, parse_event_subject,
 };
 use herald_core::pattern::Pattern;
 use tokio::sync::watch;
@@ -41,6 +44,20 @@ pub fn selects(
     (request.from_ms..request.to_ms).contains(&published_ms)
         && endpoint.matches(event_type)
         && (types.is_empty() || types.iter().any(|p| p.matches(event_type)))
+}
+
+/// Pure: the events whose newest attempt record (in log order) says the delivery failed
+/// — retrying or dead — for `onlyFailed`.
+pub fn failed_events(records: impl IntoIterator<Item = AttemptRecord>) -> HashSet<Arc<str>> {
+    let mut newest = HashMap::new();
+    for record in records {
+        newest.insert(record.event_id, record.state);
+    }
+    newest
+        .into_iter()
+        .filter(|(_, state)| matches!(state, DeliveryState::Retrying | DeliveryState::Dead))
+        .map(|(id, _)| id)
+        .collect()
 }
 
 /// Follows the replay requests in `herald-config` and carries out those of endpoints on
@@ -168,13 +185,52 @@ fn start(request: &ReplayRequest, progress: &ReplayProgress) -> DeliverPolicy {
             start_sequence: progress.cursor + 1,
         };
     }
-    let from = jiff::Timestamp::from_millisecond(request.from_ms as i64).unwrap_or_default();
+    by_start_time(request.from_ms)
+}
+
+fn by_start_time(ms: u64) -> DeliverPolicy {
+    let from = jiff::Timestamp::from_millisecond(ms as i64).unwrap_or_default();
     // async-nats takes a `time` value; its serde form is RFC 3339, which jiff prints.
     serde_json::from_value(serde_json::json!({
         "deliver_policy": "by_start_time",
         "opt_start_time": from.to_string(),
     }))
     .unwrap_or(DeliverPolicy::All)
+}
+
+/// The events of the range whose delivery to the endpoint failed, from its attempt log
+/// (attempts of events published at or after `from` are all logged after it).
+async fn failed_in_log(
+    shared: &Shared,
+    request: &ReplayRequest,
+) -> Result<HashSet<Arc<str>>, async_nats::Error> {
+    let key = EndpointKey::new(&request.namespace, &request.endpoint);
+    let stream = shared.layout.js.get_stream(ATTEMPTS_STREAM).await?;
+    let mut consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: key.attempts_subject(),
+            deliver_policy: by_start_time(request.from_ms),
+            ..Default::default()
+        })
+        .await?;
+    let mut remaining = consumer.info().await?.num_pending;
+    let mut messages = consumer.messages().await?;
+    let mut records = Vec::new();
+    while remaining > 0 {
+        let Some(message) = messages.next().await else {
+            break;
+        };
+        let message = message?;
+        remaining = message.info()?.pending;
+        // A message is a batch of records, one JSON document a line.
+        records.extend(
+            message
+                .payload
+                .split(|b| *b == b'\n')
+                .filter_map(|line| serde_json::from_slice::<AttemptRecord>(line).ok()),
+        );
+    }
+    Ok(failed_events(records))
 }
 
 async fn scan(
@@ -190,6 +246,11 @@ async fn scan(
     if progress.done {
         return Ok(());
     }
+    let failed = if request.only_failed {
+        Some(failed_in_log(shared, request).await?)
+    } else {
+        None
+    };
     let mut consumer = shared
         .layout
         .events
@@ -214,7 +275,14 @@ async fn scan(
             break;
         }
         let event_type = parse_event_subject(message.subject.as_str()).map(|(_, ty)| ty);
-        if event_type.is_some_and(|ty| selects(request, endpoint, types, ty, published_ms)) {
+        let failed_here = || {
+            failed.as_ref().is_none_or(|failed| {
+                failed.contains(event_id(published_ms, info.stream_sequence).as_str())
+            })
+        };
+        if event_type.is_some_and(|ty| selects(request, endpoint, types, ty, published_ms))
+            && failed_here()
+        {
             progress.matched += 1;
         }
         progress.cursor = info.stream_sequence;
@@ -279,13 +347,35 @@ mod tests {
     }
 
     #[test]
-    fn only_dry_runs_without_only_failed_are_carried_out_so_far() {
+    fn only_dry_runs_are_carried_out_so_far() {
         let mut r = request(&[]);
         assert!(r.carried_out());
         r.only_failed = true;
-        assert!(!r.carried_out());
-        r.only_failed = false;
+        assert!(r.carried_out());
         r.dry_run = false;
         assert!(!r.carried_out());
+    }
+
+    #[test]
+    fn failed_means_the_newest_record_says_retrying_or_dead() {
+        let record = |id: &str, state: DeliveryState| -> AttemptRecord {
+            serde_json::from_value(serde_json::json!({
+                "eventId": id, "attempt": 1, "timeMs": 1,
+                "outcome": herald_core::dataplane::AttemptOutcome::Success,
+                "latencyMs": 1, "state": state,
+            }))
+            .unwrap()
+        };
+        let failed = failed_events([
+            record("a", DeliveryState::Retrying),
+            record("a", DeliveryState::Succeeded),
+            record("b", DeliveryState::Retrying),
+            record("c", DeliveryState::Retrying),
+            record("c", DeliveryState::Dead),
+            record("d", DeliveryState::Succeeded),
+        ]);
+        let mut ids: Vec<&str> = failed.iter().map(|id| &**id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["b", "c"]);
     }
 }

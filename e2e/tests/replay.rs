@@ -3,8 +3,8 @@
 //! reads the range from the event store and reports progress the operator writes into
 //! the status.
 //!
-//! Built so far: dry runs (without `onlyFailed`) are carried out — they count what a
-//! replay would send and send nothing.
+//! Built so far: dry runs are carried out — they count what a replay would send (with
+//! `onlyFailed`, from the attempt log) and send nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +13,7 @@ use std::time::Duration;
 use herald_core::dataplane::{BucketKey, CONFIG_BUCKET, HEALTH_BUCKET};
 use herald_core::v1alpha1::{ReplayPhase, WebhookEndpoint, WebhookReplay};
 use herald_e2e::dataplane::{DataPlane, shared_dispatcher};
-use herald_e2e::receiver::Receiver;
+use herald_e2e::receiver::{Behavior, Receiver};
 use herald_e2e::{TestContext, env, eventually};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -230,6 +230,86 @@ async fn a_dry_run_replay_counts_what_it_would_send_and_sends_nothing() {
         },
     )
     .await;
+    let _ = stop_operator.send(());
+    ctx.cleanup().await;
+}
+
+/// With `onlyFailed`, a dry run counts only the events whose delivery failed: here the
+/// receiver answers a final 400 to the first request of every third event, so those
+/// are dead, and the others delivered.
+#[tokio::test]
+async fn an_only_failed_dry_run_counts_the_failed_deliveries() {
+    let ctx = TestContext::new("replay-failed").await;
+    shared_dispatcher(env());
+    let stop_operator = start_operator(&ctx);
+    let rx = Receiver::start().await;
+    rx.behave("orders", Behavior::fail_first_of_every(3, 400));
+    let dp = DataPlane::new(env().nats().await).await;
+    let from = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+    apply(
+        &ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+            "metadata": {"name": "orders"}, "spec": {}
+        }),
+    );
+    apply(
+        &ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+            "metadata": {"name": "orders"},
+            "spec": {"url": rx.url("orders"), "eventTypes": ["order.*"],
+                     "secretRef": {"name": "orders"},
+                     "delivery": {"finalStatusCodes": [400]}}
+        }),
+    );
+    // Configured at the dispatcher once a probe event (1, delivered) gets through.
+    eventually("the endpoint delivering", WAIT, || {
+        let (dp, rx, ns) = (dp.clone(), rx.clone(), ctx.namespace.clone());
+        async move {
+            if rx.request_count("orders") == 0 {
+                dp.publish(&ns, "order.probe", json!(1)).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            (rx.request_count("orders") > 0).then_some(())
+        }
+    })
+    .await;
+    // 0, 3, 6 and 9 fail for good.
+    for i in 0..10u64 {
+        dp.publish(&ctx.namespace, "order.created", json!(i)).await;
+    }
+    let dead = eventually("every event attempted", WAIT, || async {
+        let attempts = dp.attempts(&ctx.namespace, "orders").await;
+        let count = |state: &str| {
+            attempts
+                .iter()
+                .filter(|a| a["state"] == json!(state))
+                .count()
+        };
+        let (dead, ok) = (count("dead"), count("succeeded"));
+        (dead == 4 && ok >= 7).then_some(dead as u64)
+    })
+    .await;
+
+    let replay: WebhookReplay = serde_json::from_value(json!({
+        "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookReplay",
+        "metadata": {"name": "failed-ones"},
+        "spec": {"endpoint": "orders", "from": from.to_string(), "onlyFailed": true,
+                 "dryRun": true},
+    }))
+    .unwrap();
+    let replays: Api<WebhookReplay> = ctx.api();
+    replays
+        .create(&PostParams::default(), &replay)
+        .await
+        .expect("creating the WebhookReplay");
+    let status = eventually("the dry run Complete", WAIT, || async {
+        let status = replays.get("failed-ones").await.ok()?.status?;
+        (status.phase == Some(ReplayPhase::Completed)).then_some(status)
+    })
+    .await;
+    assert_eq!(status.matched, Some(dead), "{status:?}");
     let _ = stop_operator.send(());
     ctx.cleanup().await;
 }

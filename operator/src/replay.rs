@@ -207,13 +207,13 @@ pub fn status(
         ..Default::default()
     };
     let dry_run = replay.spec.dry_run;
-    let not_built = !replay.spec.dry_run || replay.spec.only_failed;
+    let not_built = !replay.spec.dry_run;
     let complete = match (progress, asked) {
         _ if not_built => Desired::new(
             condition::COMPLETE,
             false,
             reason::NOT_IMPLEMENTED,
-            "this version of Herald carries out only dry runs without onlyFailed; re-enqueueing events is not built yet",
+            "this version of Herald carries out only dry runs; re-enqueueing events is not built yet",
         ),
         (Some(p), _) => {
             new.matched = Some(p.matched);

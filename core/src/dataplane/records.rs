@@ -136,10 +136,10 @@ pub struct ReplayRequest {
 }
 
 impl ReplayRequest {
-    /// Whether this version of Herald carries the request out: dry runs without
-    /// `onlyFailed` (re-enqueueing and the attempt log's verdicts are not built yet).
+    /// Whether this version of Herald carries the request out: dry runs
+    /// (re-enqueueing is not built yet).
     pub fn carried_out(&self) -> bool {
-        self.dry_run && !self.only_failed
+        self.dry_run
     }
 }
 
