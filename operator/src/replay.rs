@@ -8,12 +8,14 @@
 //!
 //! Contract: `Ready` says whether the request is valid (the endpoint exists, the range
 //! is within the retention the data plane really runs with); a valid replay's request
-//! is under `replay.<ns>.<name>` with its range fixed (`to` defaults to the creation
-//! time), and the finalizer `herald.dev/replay-cleanup` stays until it is deleted, so a
-//! deleted replay stops. No dispatcher carries requests out yet: `Complete` is `False`
-//! with reason `NotImplemented` and phase `Pending`; no progress is ever invented. A
-//! replay that does not decode is reported with a Warning Event, and can still be
-//! deleted (its request is withdrawn and the finalizer released).
+//! is under `replay.<ns>.<name>` with its range fixed (`to` defaults to the end of the
+//! creation second), and the finalizer `herald.dev/replay-cleanup` stays until it is
+//! deleted, so a deleted replay stops. The progress the dispatcher reports (only that of
+//! this replay's uid) becomes phase, counts and `Complete`; dispatchers carry out only
+//! dry runs so far, so any other replay has `Complete` `False` with reason
+//! `NotImplemented` and phase `Pending`; no progress is ever invented. A replay that
+//! does not decode is reported with a Warning Event, and can still be deleted (its
+//! request is withdrawn and the finalizer released).
 
 use std::sync::Arc;
 use std::time::Duration;

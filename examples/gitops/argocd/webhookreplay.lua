@@ -1,7 +1,7 @@
 -- Argo CD health of a herald.dev WebhookReplay: Degraded when the request is refused
 -- (Ready=False) or failed, Healthy when completed, Progressing while pending or running.
--- Replay delivery is not carried out yet by this version of Herald (Complete=False,
--- reason NotImplemented), which reads as Degraded rather than progressing forever.
+-- This version of Herald carries out only dry runs; any other replay has Complete=False,
+-- reason NotImplemented, which reads as Degraded rather than progressing forever.
 local hs = { status = "Progressing", message = "Waiting for the Herald operator" }
 if obj.status == nil or obj.status.conditions == nil then
   return hs
