@@ -357,6 +357,21 @@ mod tests {
     }
 
     #[test]
+    fn a_replay_starts_at_from_by_time_or_resumes_after_its_cursor() {
+        let r = request(&[]);
+        let mut progress = ReplayProgress::default();
+        let DeliverPolicy::ByStartTime { start_time } = start(&r, &progress) else {
+            panic!("by start time, not from the stream's beginning");
+        };
+        assert_eq!(start_time.unix_timestamp_nanos(), 1_000 * 1_000_000);
+        progress.cursor = 41;
+        assert_eq!(
+            start(&r, &progress),
+            DeliverPolicy::ByStartSequence { start_sequence: 42 }
+        );
+    }
+
+    #[test]
     fn failed_means_the_newest_record_says_retrying_or_dead() {
         let record = |id: &str, state: DeliveryState| -> AttemptRecord {
             serde_json::from_value(serde_json::json!({
