@@ -51,7 +51,8 @@ pub const EVENT_ID_HEADER: &str = "Herald-Event-Id";
 pub const FIRST_ATTEMPT_HEADER: &str = "Herald-First-Attempt";
 /// Header carrying the Unix milliseconds the event was published at.
 pub const PUBLISHED_HEADER: &str = "Herald-Published";
-/// Header carrying the replay name on lane messages enqueued by a replay.
+/// Header carrying the uid of the `WebhookReplay` on lane messages a replay enqueued,
+/// kept by their retries.
 pub const REPLAY_HEADER: &str = "Herald-Replay";
 /// Header carrying the hash (hex) of an event's ordering key on lane messages of
 /// endpoints with `orderingKey`.

@@ -49,6 +49,7 @@ pub(super) fn item(seq: u64, lane: Lane) -> Item {
         not_before: None,
         ordering_key: None,
         endpoint_uid: None,
+        replay: None,
     }
 }
 

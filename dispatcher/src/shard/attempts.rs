@@ -294,6 +294,9 @@ async fn schedule_retry(
     headers.insert(ATTEMPT_HEADER, (item.attempt + 1).to_string().as_str());
     headers.insert(FIRST_ATTEMPT_HEADER, first_attempt_ms.to_string().as_str());
     headers.insert(herald_core::dataplane::ENDPOINT_UID_HEADER, uid);
+    if let Some(replay) = &item.replay {
+        headers.insert(herald_core::dataplane::REPLAY_HEADER, &**replay);
+    }
     let subject = key.schedule_subject(shard, &item.event_id);
     shared
         .layout

@@ -10,7 +10,7 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 use herald_core::dataplane::{
     ATTEMPT_HEADER, ENDPOINT_UID_HEADER, EVENT_ID_HEADER, EndpointKey, FIRST_ATTEMPT_HEADER, Lane,
-    ORDERING_KEY_HEADER, PUBLISHED_HEADER, fnv1a, parse_lane_subject,
+    ORDERING_KEY_HEADER, PUBLISHED_HEADER, REPLAY_HEADER, fnv1a, parse_lane_subject,
 };
 use tokio::sync::broadcast;
 
@@ -59,6 +59,7 @@ fn item_from(lane: Lane, seq: u64, headers: Option<&HeaderMap>, payload: Bytes) 
             .get(ORDERING_KEY_HEADER)
             .and_then(|v| u64::from_str_radix(v.as_str(), 16).ok()),
         endpoint_uid: endpoint_uid(headers?).map(|uid| fnv1a(uid.bytes())),
+        replay: headers?.get(REPLAY_HEADER).map(|v| v.as_str().into()),
     })
 }
 
@@ -79,7 +80,7 @@ impl Runtime {
             return;
         };
         let state = self.state(&key);
-        if lane == Lane::Retry {
+        if item.fired_retry() {
             state.retry_arrived();
         }
         let cap = state.buffer_cap();
@@ -222,5 +223,36 @@ mod tests {
         retry.insert(ENDPOINT_UID_HEADER, "0c1d-uid");
         assert_eq!(endpoint_uid(&retry), Some("0c1d-uid"));
         assert_eq!(endpoint_uid(&HeaderMap::new()), None);
+    }
+
+    fn lane_message(attempt: Option<&str>, replay: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(EVENT_ID_HEADER, "msg_01ARZ3NDEKTSV4RRFFQ69G5FAV");
+        headers.insert(ENDPOINT_UID_HEADER, "0c1d-uid");
+        if let Some(attempt) = attempt {
+            headers.insert(ATTEMPT_HEADER, attempt);
+        }
+        if let Some(replay) = replay {
+            headers.insert(REPLAY_HEADER, replay);
+        }
+        headers
+    }
+
+    #[test]
+    fn a_replay_item_carries_its_replay_and_is_not_a_fired_retry() {
+        let item = |lane, attempt, replay| {
+            item_from(lane, 7, Some(&lane_message(attempt, replay)), Bytes::new()).unwrap()
+        };
+        let enqueued = item(Lane::Retry, None, Some("r-uid"));
+        assert_eq!(enqueued.replay.as_deref(), Some("r-uid"));
+        assert_eq!(enqueued.attempt, 1);
+        assert!(!enqueued.fired_retry());
+        let its_retry = item(Lane::Retry, Some("2"), Some("r-uid"));
+        assert_eq!(its_retry.replay.as_deref(), Some("r-uid"));
+        assert!(its_retry.fired_retry());
+        let retry = item(Lane::Retry, Some("3"), None);
+        assert_eq!(retry.replay, None);
+        assert!(retry.fired_retry());
+        assert!(!item(Lane::New, None, None).fired_retry());
     }
 }

@@ -35,6 +35,18 @@ pub struct Item {
     /// The uid of the endpoint the message was written for, when the message says:
     /// FNV-1a of that uid (no allocation per delivery).
     pub endpoint_uid: Option<u64>,
+    /// The uid of the `WebhookReplay` that enqueued the item (`Herald-Replay`), carried
+    /// forward by its retries.
+    pub replay: Option<Arc<str>>,
+}
+
+impl Item {
+    /// Whether the item is a retry schedule that fired (it counts down the endpoint's
+    /// waiting schedules): a retry-lane item after a first attempt. A replay's own
+    /// enqueue lands on the retry lane as attempt 1 and was never scheduled.
+    pub fn fired_retry(&self) -> bool {
+        self.lane == Lane::Retry && self.attempt > 1
+    }
 }
 
 /// One lane of an endpoint: a small in-memory window onto its JetStream subject.

@@ -12,6 +12,7 @@ fn item(seq: u64) -> Item {
         not_before: None,
         ordering_key: None,
         endpoint_uid: None,
+        replay: None,
     }
 }
 
