@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs the fuzz targets of fuzz/ (docs/fuzzing.md) with cargo-fuzz and libFuzzer:
 #
-#   scripts/fuzz.sh [seconds-per-target] [target...]
+#   scripts/fuzz.sh [seconds-per-target] [target...]   explore (15 s per target by default)
+#   scripts/fuzz.sh --runs N [target...]                the test command's regression run
 #
-# 15 s per target by default (scripts/test.sh runs that); docs/fuzzing.md records a long
-# run. Installs the pinned cargo-fuzz when missing. The toolchain is the stable one:
+# Exploring keeps what the fuzzer learns and finds new inputs: docs/fuzzing.md records a
+# long run. The regression run (scripts/test.sh) is reproducible: N inputs per target from
+# the committed corpus with a fixed seed, so a test run fails only when the code changed
+# (a finding of an exploration is added to fuzz/corpus/ when it is fixed). Installs the pinned cargo-fuzz when missing. The toolchain is the stable one:
 # cargo-fuzz passes nightly-only flags (-Zsanitizer, -Cpasses=sancov-module), which
 # RUSTC_BOOTSTRAP=1 lets stable accept; the fuzz crate is outside the workspace, so the
 # flag never reaches the workspace's builds.
@@ -17,8 +20,13 @@ source "$(dirname "$0")/lib.sh"
 cd "$repo"
 
 CARGO_FUZZ_VERSION=0.13.2
+runs=""
+if [ "${1:-}" = "--runs" ]; then
+	runs="${2:?--runs needs a number}"
+	shift 2
+fi
 seconds="${1:-15}"
-shift || true
+[ -n "$runs" ] || shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(signature envelope address pattern duration)
 
@@ -42,14 +50,23 @@ cargo fuzz build "${fuzz_flags[@]}"
 summary=()
 failed=()
 for target in "${targets[@]}"; do
-	corpus="$cache/fuzz/corpus/$target"
 	artifacts="$repo/fuzz/artifacts/$target"
+	if [ -n "$runs" ]; then
+		# New inputs go to a scratch directory and are dropped: the next run starts from
+		# the same corpus, with the same seed.
+		corpus="$(mktemp -d "${TMPDIR:-/tmp}/herald-fuzz-corpus.XXXXXX")"
+		limit=(-runs="$runs" -seed=1)
+		echo "==> fuzz $target: $runs inputs from the committed corpus (seed 1)"
+	else
+		corpus="$cache/fuzz/corpus/$target"
+		limit=(-max_total_time="$seconds")
+		echo "==> fuzz $target for ${seconds}s"
+	fi
 	mkdir -p "$corpus" "$artifacts"
 	log="$(mktemp "${TMPDIR:-/tmp}/herald-fuzz-$target.XXXXXX")"
-	echo "==> fuzz $target for ${seconds}s"
 	# The first corpus directory receives new inputs; the committed seeds are only read.
 	if cargo fuzz run "${fuzz_flags[@]}" "$target" "$corpus" "$repo/fuzz/corpus/$target" -- \
-		-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+		"${limit[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
 		-artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1; then
 		status=ok
 	else
@@ -62,6 +79,7 @@ for target in "${targets[@]}"; do
 	speed="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)"
 	cov="$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)"
 	units="$(find "$corpus" -type f | wc -l)"
+	[ -z "$runs" ] || rm -rf "$corpus"
 	summary+=("$(printf '%-10s %-6s %12s runs %8s/s  cov %6s  corpus %6s' \
 		"$target" "$status" "${runs:-?}" "${speed:-?}" "${cov:-?}" "$units")")
 	rm -f "$log"
