@@ -990,7 +990,10 @@ async fn operator_with_the_charts_rbac_reconciles() {
         is_ready(e.status.as_ref().map(|s| &s.conditions)).then_some(())
     })
     .await;
-    // A replay of the last hour to that endpoint: the replay controller's rights.
+    // A replay of the last hour to that endpoint: the replay controller's rights. A replay
+    // is checked against the event store, which a dispatcher creates; none runs here, and
+    // this may be the first test against this NATS.
+    herald_e2e::dataplane::DataPlane::new(ctx.nats.clone()).await;
     let replays = ctx.api::<WebhookReplay>();
     let from = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
     let replay: WebhookReplay = serde_json::from_value(json!({
