@@ -387,8 +387,12 @@ async fn a_dead_endpoint_does_not_slow_a_healthy_one() {
     let got = s.received("healthy", 50, WAIT).await;
     let spread = got.last().unwrap().at - started;
     // 50 events to a healthy local receiver while its neighbour times out on every request.
+    // Alone this takes 0.2 s; with the file's other tests sharing the dispatcher and two
+    // cores it took 6.8 s once. The bound catches a healthy endpoint queued behind its
+    // neighbour's timeouts and retries; the benchmark's isolation scenario measures the
+    // latency itself (docs/benchmark.md).
     assert!(
-        spread < Duration::from_secs(5),
+        spread < Duration::from_secs(15),
         "the healthy endpoint took {spread:?}"
     );
 }
