@@ -50,19 +50,7 @@ fn image_entrypoint(binary: &str) -> (Vec<String>, Vec<String>) {
 
 /// The workspace binary an image's entrypoint names (cargo builds it beside the tests).
 fn built_binary(image_path: &str) -> PathBuf {
-    let name = image_path.rsplit('/').next().unwrap_or(image_path);
-    let exe = std::env::current_exe().expect("the test's path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let binary = dir.join(name);
-    assert!(
-        binary.exists(),
-        "{} is not built (cargo test --workspace builds it)",
-        binary.display()
-    );
-    binary
+    herald_e2e::workspace_binary(image_path.rsplit('/').next().unwrap_or(image_path))
 }
 
 /// A pod of the chart, started as a process.
