@@ -150,15 +150,16 @@ impl Runtime {
         let namespace = key.namespace();
         let label = AttemptLabel::new(namespace, result.outcome, result.status);
         metrics.attempts.get_or_create(&label).inc();
+        // One label for both per-tenant families: an allocation fewer per attempt.
+        let tenant = NamespaceLabel::new(namespace);
         metrics
             .attempt_duration
-            .get_or_create(&NamespaceLabel::new(namespace))
+            .get_or_create(&tenant)
             .observe(result.latency.as_secs_f64());
         let ended = match decision.fate {
             Fate::Done => "delivered",
             Fate::Dead(_) => {
-                let label = NamespaceLabel::new(namespace);
-                metrics.dead_deliveries.get_or_create(&label).inc();
+                metrics.dead_deliveries.get_or_create(&tenant).inc();
                 "dead"
             }
             Fate::Retry { .. } => return,
