@@ -25,7 +25,7 @@ pub struct Config {
     #[arg(long, env = "HERALD_RETENTION", default_value = "720h", value_parser = parse_std)]
     pub retention: Duration,
     /// Largest event accepted, in bytes.
-    #[arg(long, env = "HERALD_MAX_EVENT_BYTES", default_value_t = crate::envelope::DEFAULT_MAX_EVENT_BYTES)]
+    #[arg(long, env = "HERALD_MAX_EVENT_BYTES", default_value_t = herald_core::envelope::DEFAULT_MAX_EVENT_BYTES)]
     pub max_event_bytes: usize,
     /// Most attempts in flight per shard.
     #[arg(long, env = "HERALD_MAX_IN_FLIGHT_PER_SHARD", default_value_t = 1024)]

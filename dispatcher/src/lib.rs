@@ -7,7 +7,6 @@
 pub mod attempt;
 pub mod config;
 pub mod endpoint;
-pub mod envelope;
 pub mod fanout;
 pub mod http;
 pub mod index;

@@ -12,7 +12,7 @@ use herald_core::dataplane::{
     DEADLETTER_PREFIX, DEADLETTER_STREAM, EVENTS_STREAM, REASON_HEADER, SUBJECT_HEADER,
     TRUNCATED_HEADER,
 };
-use herald_dispatcher::envelope::{MAX_EVENT_HEADERS, MAX_REASON_BYTES};
+use herald_core::envelope::{MAX_EVENT_HEADERS, MAX_REASON_BYTES};
 use herald_dispatcher::fanout::CONSUMER;
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint, shared_dispatcher, until_applied};
 use herald_e2e::receiver::Receiver;

@@ -1,4 +1,4 @@
-//! `herald_dispatcher::envelope::parse`: the event a producer published.
+//! `herald_core::envelope::parse`: the event a producer published.
 //!
 //! - an event over the size limit (payload and headers) or with too many headers is never
 //!   accepted;
@@ -10,7 +10,7 @@
 
 use arbitrary::Arbitrary;
 use herald_core::pattern::validate_event_type;
-use herald_dispatcher::envelope::{HeaderSize, MAX_EVENT_HEADERS, MAX_REASON_BYTES, parse};
+use herald_core::envelope::{HeaderSize, MAX_EVENT_HEADERS, MAX_REASON_BYTES, parse};
 use libfuzzer_sys::fuzz_target;
 
 const REASONS: [&str; 6] = [

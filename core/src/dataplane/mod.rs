@@ -9,9 +9,11 @@
 
 use std::fmt;
 
+pub mod lane;
 pub mod layout;
 pub mod records;
 
+pub use lane::{LaneMessage, Origin};
 pub use records::{
     AttemptOutcome, AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointConfig,
     EndpointHealth, Hold, KeySet, LastAttempt, LastingState, ReplayProgress, ReplayRequest,

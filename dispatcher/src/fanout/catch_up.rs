@@ -11,8 +11,8 @@ use async_nats::jetstream::stream::RawMessageErrorKind;
 use tokio::sync::{mpsc, watch};
 
 use super::{FanOut, Pending, Stored};
-use crate::envelope::HeaderSize;
 use crate::supervise::Backoff;
+use herald_core::envelope::HeaderSize;
 
 impl FanOut {
     /// Before the message `seq` is fanned out: the catch-up of a new worker (`expected`

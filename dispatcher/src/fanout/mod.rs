@@ -29,18 +29,18 @@ use async_nats::jetstream::{self, Message};
 use bytes::Bytes;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    self, DEADLETTER_PREFIX, EVENT_ID_HEADER, Lane, ORDERING_KEY_HEADER, PUBLISHED_HEADER,
-    REASON_HEADER, SUBJECT_HEADER, TRUNCATED_HEADER,
+    self, DEADLETTER_PREFIX, EVENT_ID_HEADER, Lane, LaneMessage, Origin, REASON_HEADER,
+    SUBJECT_HEADER, TRUNCATED_HEADER, lane,
 };
 use tokio::sync::{mpsc, watch};
 
 mod ack;
 mod catch_up;
 
-use crate::envelope::{self, BadEvent, HeaderSize};
 use crate::index::Index;
 use crate::metrics::{Metrics, ReasonLabel};
 use crate::supervise::{Backoff, Readiness};
+use herald_core::envelope::{self, BadEvent, HeaderSize};
 
 /// Name of the shared durable consumer.
 pub const CONSUMER: &str = "herald-fanout";
@@ -270,21 +270,22 @@ impl FanOut {
         // Parsed only when an endpoint orders by a key from the event.
         let mut parsed: Option<serde_json::Value> = None;
         for endpoint in &endpoints {
-            let mut headers = HeaderMap::new();
-            headers.insert(EVENT_ID_HEADER, event_id.as_str());
-            headers.insert(PUBLISHED_HEADER, stored.published_ms.to_string().as_str());
-            if let (true, Some(pointer)) = (endpoint.config.ordered, &endpoint.config.ordering_key)
-            {
+            let ordering_key = lane::ordering_pointer(&endpoint.config).map(|pointer| {
                 let value = parsed.get_or_insert_with(|| {
                     serde_json::from_slice(&event.body).unwrap_or(serde_json::Value::Null)
                 });
-                let key = ordering_key_hash(value.pointer(pointer));
-                headers.insert(ORDERING_KEY_HEADER, format!("{key:x}").as_str());
-            }
+                lane::ordering_key(value, pointer)
+            });
+            let message = LaneMessage {
+                event_id: &event_id,
+                published_ms: stored.published_ms,
+                endpoint_uid: &endpoint.config.uid,
+                ordering_key,
+                origin: Origin::FanOut,
+            };
             let publish = PublishMessage::build()
                 .payload(event.body.clone())
-                .headers(headers)
-                .message_id(format!("{event_id}.{}", endpoint.config.uid));
+                .headers(message.headers());
             let subject = endpoint.key.lane_subject(endpoint.config.shard, Lane::New);
             match self.js.send_publish(subject, publish).await {
                 Ok(ack) => acks.push(ack),
@@ -342,17 +343,6 @@ impl FanOut {
             Err(_) => Err(Retry),
         }
     }
-}
-
-/// FNV-1a of the ordering key's text (a string as is, anything else as JSON; a missing
-/// field is the empty key, shared by every event without it).
-pub fn ordering_key_hash(value: Option<&serde_json::Value>) -> u64 {
-    let text = match value {
-        None => String::new(),
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-    };
-    dataplane::fnv1a(text.bytes())
 }
 
 /// Fan-out lag, from the shared consumer's state every few seconds: events stored but

@@ -4,9 +4,9 @@
 //! body Herald signs and sends is `{"type","timestamp","data"}`, built once per event
 //! (not per endpoint or attempt), with `data` copied byte for byte.
 
+use crate::dataplane::parse_event_subject;
+use crate::pattern::{PatternError, validate_event_type};
 use bytes::Bytes;
-use herald_core::dataplane::parse_event_subject;
-use herald_core::pattern::{PatternError, validate_event_type};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
