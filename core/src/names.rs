@@ -60,7 +60,6 @@ pub mod reason {
     pub const GONE: &str = "Gone";
     pub const KEY_GENERATED: &str = "KeyGenerated";
     pub const SECRET_ROTATED: &str = "SecretRotated";
-    pub const NOT_IMPLEMENTED: &str = "NotImplemented";
     /// The endpoint's host name does not resolve (yet); retried every minute.
     pub const URL_UNRESOLVABLE: &str = "UrlUnresolvable";
     /// The endpoint is not disabled.

@@ -111,7 +111,9 @@ pub async fn run_with_index(
             health_interval,
             grace,
             retention,
+            max_event_bytes,
         },
+        replays: Arc::default(),
     };
     let parts = Parts {
         replica_id: replica_id.clone(),

@@ -3,18 +3,21 @@
 //! reads the range from the event store and reports progress the operator writes into
 //! the status.
 //!
-//! Built so far: dry runs are carried out — they count what a replay would send (with
-//! `onlyFailed`, from the attempt log) and send nothing.
+//! A dry run counts what a replay would send (with `onlyFailed`, from the attempt log)
+//! and sends nothing; any other replay queues those events on the endpoint's retry lane
+//! again, with their original ids, and counts their deliveries.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use herald_core::dataplane::{BucketKey, CONFIG_BUCKET, HEALTH_BUCKET};
+use herald_core::signing::{SigningKey, verify};
 use herald_core::v1alpha1::{ReplayPhase, WebhookEndpoint, WebhookReplay};
 use herald_e2e::dataplane::{DataPlane, shared_dispatcher};
 use herald_e2e::receiver::{Behavior, Receiver};
 use herald_e2e::{TestContext, env, eventually};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
@@ -310,6 +313,180 @@ async fn an_only_failed_dry_run_counts_the_failed_deliveries() {
     })
     .await;
     assert_eq!(status.matched, Some(dead), "{status:?}");
+    let _ = stop_operator.send(());
+    ctx.cleanup().await;
+}
+
+/// Creates the signing secret and an endpoint that treats 400 as final, and waits until
+/// the dispatcher delivers to it (a probe event, `data` 1, which the receivers used here
+/// accept).
+async fn failing_endpoint(
+    ctx: &TestContext,
+    rx: &Receiver,
+    dp: &DataPlane,
+    extra: serde_json::Value,
+) {
+    apply(
+        ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+            "metadata": {"name": "orders"}, "spec": {}
+        }),
+    );
+    let mut delivery = json!({"finalStatusCodes": [400]});
+    delivery
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    apply(
+        ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+            "metadata": {"name": "orders"},
+            "spec": {"url": rx.url("orders"), "eventTypes": ["order.*"],
+                     "secretRef": {"name": "orders"}, "delivery": delivery}
+        }),
+    );
+    eventually("the endpoint delivering", WAIT, || {
+        let (dp, rx, ns) = (dp.clone(), rx.clone(), ctx.namespace.clone());
+        async move {
+            if rx.request_count("orders") == 0 {
+                dp.publish(&ns, "order.probe", json!(1)).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            (rx.request_count("orders") > 0).then_some(())
+        }
+    })
+    .await;
+}
+
+/// Publishes `data` as `order.created` events and waits until each has a final attempt
+/// record (delivered or dead).
+async fn publish_and_settle(ctx: &TestContext, dp: &DataPlane, data: &[i64]) {
+    let before = dp.attempts(&ctx.namespace, "orders").await.len();
+    for i in data {
+        dp.publish(&ctx.namespace, "order.created", json!(i)).await;
+    }
+    eventually("every event attempted", WAIT, || async {
+        let attempts = dp.attempts(&ctx.namespace, "orders").await;
+        (attempts.len() >= before + data.len()).then_some(())
+    })
+    .await;
+}
+
+/// The webhook-ids of the events whose `data` is in `data`, as the receiver saw them.
+fn ids_of(rx: &Receiver, data: &[i64]) -> Vec<String> {
+    let mut ids: Vec<String> = rx
+        .received("orders")
+        .iter()
+        .filter(|r| r.json()["data"].as_i64().is_some_and(|d| data.contains(&d)))
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// A replay with `onlyFailed` over a window sends again exactly the deliveries that
+/// failed inside it — not those before or after it, not the delivered ones — with their
+/// original `webhook-id` and a fresh timestamp and signature, and its status counts
+/// them through to `Completed`.
+#[tokio::test]
+async fn an_only_failed_replay_sends_exactly_the_failed_deliveries_again() {
+    let ctx = TestContext::new("replay-send").await;
+    shared_dispatcher(env());
+    let stop_operator = start_operator(&ctx);
+    let rx = Receiver::start().await;
+    // The first request of every third event (by its number) answers a final 400.
+    rx.behave("orders", Behavior::fail_first_of_every(3, 400));
+    let dp = DataPlane::new(env().nats().await).await;
+    failing_endpoint(&ctx, &rx, &dp, json!({})).await;
+
+    // Before the window: 3003 dies.
+    publish_and_settle(&ctx, &dp, &[3003, 3004]).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let from = jiff::Timestamp::now();
+    // In the window: 0, 3, 6 and 9 die.
+    let window: Vec<i64> = (0..11).collect();
+    publish_and_settle(&ctx, &dp, &window).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let to = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // After it: 6000 dies.
+    publish_and_settle(&ctx, &dp, &[6000, 6001]).await;
+    let failed = ids_of(&rx, &[0, 3, 6, 9]);
+    assert_eq!(failed.len(), 4);
+    let requests = rx.request_count("orders");
+    let first_timestamp: std::collections::HashMap<String, i64> = rx
+        .received("orders")
+        .iter()
+        .map(|r| {
+            let ts = r.header("webhook-timestamp").parse().unwrap();
+            (r.header("webhook-id").to_owned(), ts)
+        })
+        .collect();
+    // Timestamps have whole seconds: the replayed ones must be newer.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let replay: WebhookReplay = serde_json::from_value(json!({
+        "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookReplay",
+        "metadata": {"name": "failed-again"},
+        "spec": {"endpoint": "orders", "from": from.to_string(), "to": to.to_string(),
+                 "onlyFailed": true},
+    }))
+    .unwrap();
+    let replays: Api<WebhookReplay> = ctx.api();
+    replays
+        .create(&PostParams::default(), &replay)
+        .await
+        .unwrap();
+    let status = eventually("the replay Completed", WAIT, || async {
+        let status = replays.get("failed-again").await.ok()?.status?;
+        (status.phase == Some(ReplayPhase::Completed)).then_some(status)
+    })
+    .await;
+    assert_eq!(
+        (
+            status.matched,
+            status.enqueued,
+            status.delivered,
+            status.failed
+        ),
+        (Some(4), Some(4), Some(4), Some(0)),
+        "{status:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let all = rx.received("orders");
+    let again = &all[requests..];
+    let mut again_ids: Vec<String> = again
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    again_ids.sort();
+    assert_eq!(again_ids, failed, "exactly the failed ones, with their ids");
+    let secret: Secret = ctx.api::<Secret>().get("orders").await.unwrap();
+    let whsec = String::from_utf8(secret.data.unwrap()["current"].0.clone()).unwrap();
+    let key = SigningKey::from_whsec(&whsec).unwrap();
+    let now = jiff::Timestamp::now().as_second();
+    for r in again {
+        let id = r.header("webhook-id");
+        let ts = r.header("webhook-timestamp");
+        assert!(
+            ts.parse::<i64>().unwrap() > first_timestamp[id],
+            "a fresh timestamp for {id}"
+        );
+        let signature = r.header("webhook-signature");
+        verify(
+            std::slice::from_ref(&key),
+            id,
+            ts,
+            signature,
+            &r.body,
+            now,
+            300,
+        )
+        .expect("a valid fresh signature");
+    }
     let _ = stop_operator.send(());
     ctx.cleanup().await;
 }

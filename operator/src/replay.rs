@@ -11,9 +11,9 @@
 //! is under `replay.<ns>.<name>` with its range fixed (`to` defaults to the end of the
 //! creation second), and the finalizer `herald.dev/replay-cleanup` stays until it is
 //! deleted, so a deleted replay stops. The progress the dispatcher reports (only that of
-//! this replay's uid) becomes phase, counts and `Complete`; dispatchers carry out only
-//! dry runs so far, so any other replay has `Complete` `False` with reason
-//! `NotImplemented` and phase `Pending`; no progress is ever invented. A replay that
+//! this replay's uid) becomes phase, counts and `Complete` (`Completed` once its range is
+//! read and, unless it is a dry run, every enqueued event is delivered or dead); no
+//! progress is ever invented. A replay that
 //! does not decode is reported with a Warning Event, and can still be deleted (its
 //! request is withdrawn and the finalizer released).
 
@@ -209,40 +209,49 @@ pub fn status(
         ..Default::default()
     };
     let dry_run = replay.spec.dry_run;
-    let not_built = !replay.spec.dry_run;
     let complete = match (progress, asked) {
-        _ if not_built => Desired::new(
-            condition::COMPLETE,
-            false,
-            reason::NOT_IMPLEMENTED,
-            "this version of Herald carries out only dry runs; re-enqueueing events is not built yet",
-        ),
         (Some(p), _) => {
             new.matched = Some(p.matched);
             new.enqueued = Some(p.enqueued);
+            if !dry_run {
+                new.delivered = Some(p.delivered);
+                new.failed = Some(p.failed);
+            }
             new.start_time = Some(old.start_time.clone().unwrap_or(Time(now)));
-            if p.done {
+            if p.finished(dry_run) {
                 new.phase = Some(ReplayPhase::Completed);
                 new.completion_time = Some(old.completion_time.clone().unwrap_or(Time(now)));
                 let what = if dry_run {
-                    "would be sent (dry run: nothing was sent)"
+                    format!(
+                        "{} events in the range would be sent (dry run: nothing was sent)",
+                        p.matched
+                    )
                 } else {
-                    "matched"
+                    format!(
+                        "{} events in the range sent again: {} delivered, {} failed (dead)",
+                        p.enqueued, p.delivered, p.failed
+                    )
                 };
-                Desired::new(
-                    condition::COMPLETE,
-                    true,
-                    reason::COMPLETED,
-                    format!("{} events in the range {what}", p.matched),
-                )
+                Desired::new(condition::COMPLETE, true, reason::COMPLETED, what)
             } else {
                 new.phase = Some(ReplayPhase::Running);
-                let running = Desired::new(
-                    condition::COMPLETE,
-                    false,
-                    reason::RUNNING,
-                    format!("{} events matched so far", p.matched),
-                );
+                let message = if p.done {
+                    format!(
+                        "all {} matching events enqueued; {} delivered, {} failed, {} still being delivered",
+                        p.enqueued,
+                        p.delivered,
+                        p.failed,
+                        p.enqueued.saturating_sub(p.delivered + p.failed)
+                    )
+                } else if dry_run {
+                    format!("{} events matched so far", p.matched)
+                } else {
+                    format!(
+                        "{} events matched so far, {} enqueued; {} delivered, {} failed",
+                        p.matched, p.enqueued, p.delivered, p.failed
+                    )
+                };
+                let running = Desired::new(condition::COMPLETE, false, reason::RUNNING, message);
                 desired.push(Desired::new(
                     condition::RECONCILING,
                     true,
@@ -366,9 +375,7 @@ async fn apply(obj: &WebhookReplay, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::requeue(EVENT_STORE_RECHECK));
     }
     // A replay under way: its progress is read again shortly.
-    if asked.as_ref().is_some_and(ReplayRequest::carried_out)
-        && new.phase != Some(ReplayPhase::Completed)
-    {
+    if asked.is_some() && new.phase != Some(ReplayPhase::Completed) {
         return Ok(Action::requeue(PROGRESS_RECHECK));
     }
     // The retention check depends on the clock (and the stream's configuration): look
@@ -571,14 +578,28 @@ mod tests {
             ..progress.clone()
         };
         assert_eq!(status(&r, ok, Some(&stale), now).matched, None);
-        // Not built yet: said so, whatever is reported.
+        // A replay that sends: complete only once every enqueued event is delivered
+        // or dead.
         r.spec.dry_run = false;
-        let not_built = status(&r, ok, Some(&progress), now);
+        r.status = None;
+        progress.enqueued = 7;
+        progress.delivered = 5;
+        progress.failed = 1;
+        let sending = status(&r, ok, Some(&progress), now);
+        assert_eq!(sending.phase, Some(ReplayPhase::Running));
+        assert_eq!(complete(&sending), ("False".into(), reason::RUNNING.into()));
         assert_eq!(
-            complete(&not_built),
-            ("False".into(), reason::NOT_IMPLEMENTED.into())
+            (sending.enqueued, sending.delivered, sending.failed),
+            (Some(7), Some(5), Some(1))
         );
-        assert_eq!(not_built.phase, Some(ReplayPhase::Pending));
+        progress.failed = 2;
+        let sent = status(&r, ok, Some(&progress), now);
+        assert_eq!(sent.phase, Some(ReplayPhase::Completed));
+        let c = conditions::find(&sent.conditions, condition::COMPLETE).unwrap();
+        assert_eq!(
+            c.message,
+            "7 events in the range sent again: 5 delivered, 2 failed (dead)"
+        );
     }
 
     #[test]

@@ -382,7 +382,7 @@ async fn replays_are_validated_requested_and_withdrawn_but_not_run() {
     let complete = condition(&status.conditions, "Complete").unwrap();
     assert_eq!(
         (complete.status.as_str(), complete.reason.as_str()),
-        ("False", "NotImplemented")
+        ("False", "Waiting")
     );
     assert!(
         status.matched.is_none() && status.delivered.is_none(),

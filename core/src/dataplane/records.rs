@@ -135,14 +135,6 @@ pub struct ReplayRequest {
     pub dry_run: bool,
 }
 
-impl ReplayRequest {
-    /// Whether this version of Herald carries the request out: dry runs
-    /// (re-enqueueing is not built yet).
-    pub fn carried_out(&self) -> bool {
-        self.dry_run
-    }
-}
-
 /// How far the dispatcher carrying out a replay has come. Stored as JSON under
 /// `replay.<ns>.<name>` in [`HEALTH_BUCKET`](super::HEALTH_BUCKET) by the owner of the
 /// endpoint's shard; the operator mirrors it into the `WebhookReplay`'s status, and a
@@ -161,9 +153,28 @@ pub struct ReplayProgress {
     /// Events queued for delivery again, so far.
     #[serde(default)]
     pub enqueued: u64,
-    /// The event-store sequence of the last event looked at (0: none yet).
+    /// The event-store sequence of the last event looked at (0: none yet); every event
+    /// up to it that matched is enqueued.
     #[serde(default)]
     pub cursor: u64,
+    /// Enqueued events whose delivery succeeded (newest attempt record of the replay).
+    #[serde(default)]
+    pub delivered: u64,
+    /// Enqueued events whose delivery is dead.
+    #[serde(default)]
+    pub failed: u64,
+    /// When the replay began enqueueing (Unix ms): its attempt records are logged from
+    /// then on, where a new owner recounts `delivered` and `failed`.
+    #[serde(default)]
+    pub started_ms: u64,
+}
+
+impl ReplayProgress {
+    /// Whether the replay has nothing left to do: its range is read and, unless it is a
+    /// dry run, every enqueued event reached a final state.
+    pub fn finished(&self, dry_run: bool) -> bool {
+        self.done && (dry_run || self.delivered + self.failed >= self.enqueued)
+    }
 }
 
 /// What an attempt came to: the attempt log's error classes.
@@ -304,6 +315,9 @@ pub struct AttemptRecord {
     /// Set when `state` is `dead`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_reason: Option<DeadReason>,
+    /// The `WebhookReplay` (uid) that queued this delivery again, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Arc<str>>,
 }
 
 /// What a dispatcher reports about one endpoint. Stored under `ep.<key>` in

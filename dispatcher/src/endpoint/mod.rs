@@ -218,8 +218,13 @@ impl EndpointState {
 
     /// Takes the next item of `lane` for an attempt. Items written for an earlier
     /// endpoint of the same name (another uid) are dropped on the way: their endpoint was
-    /// deleted.
-    pub fn start(&mut self, lane: Lane, now: Instant) -> Option<Item> {
+    /// deleted; so are items of a replay that `withdrawn` says was deleted.
+    pub fn start(
+        &mut self,
+        lane: Lane,
+        now: Instant,
+        withdrawn: &dyn Fn(&str) -> bool,
+    ) -> Option<Item> {
         let ordered = self.is_ordered();
         let uid = self
             .ep
@@ -227,15 +232,21 @@ impl EndpointState {
             .map(|e| herald_core::dataplane::fnv1a(e.config.uid.bytes()));
         let item = loop {
             let item = self.lanes.take(lane, ordered, now)?;
-            match (&item.endpoint_uid, uid) {
-                (Some(theirs), Some(ours)) if *theirs != ours => {
+            let gone = match (&item.endpoint_uid, uid) {
+                (Some(theirs), Some(ours)) if *theirs != ours => Some("endpoint"),
+                _ if item.replay.as_deref().is_some_and(withdrawn) => Some("replay"),
+                _ => None,
+            };
+            match gone {
+                // Only because the resource that wanted it is gone.
+                Some(what) => {
                     tracing::debug!(
                         event_id = &*item.event_id,
-                        "dropping a deleted endpoint's delivery"
+                        "dropping a deleted {what}'s delivery"
                     );
                     self.lanes.finished(&item);
                 }
-                _ => break item,
+                None => break item,
             }
         };
         self.circuit.on_start();

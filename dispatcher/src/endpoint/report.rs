@@ -113,5 +113,6 @@ pub(super) fn record(
         state,
         next_attempt_ms,
         dead_reason,
+        replay: item.replay.clone(),
     }
 }

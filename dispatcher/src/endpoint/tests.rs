@@ -122,7 +122,7 @@ pub(super) fn fail() -> AttemptResult {
 /// Starts one attempt from whichever lane is ready.
 pub(super) fn start(s: &mut EndpointState, now: Instant) -> Option<Item> {
     match s.readiness(now) {
-        Readiness::Ready(lane) => s.start(lane, now),
+        Readiness::Ready(lane) => s.start(lane, now, &|_| false),
         _ => None,
     }
 }

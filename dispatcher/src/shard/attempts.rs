@@ -55,7 +55,8 @@ impl Runtime {
             state.queued = false;
             match state.readiness(now) {
                 Readiness::Ready(lane) => {
-                    let Some(item) = state.start(lane, now) else {
+                    let replays = &self.shared.replays;
+                    let Some(item) = state.start(lane, now, &|uid| replays.withdrawn(uid)) else {
                         continue;
                     };
                     self.spawn_attempt(&key, item);

@@ -90,6 +90,7 @@ mod tests {
             state: DeliveryState::Retrying,
             next_attempt_ms: Some(5),
             dead_reason: None,
+            replay: None,
         };
         let records = vec![record; 2000];
         let batches = batches(&records);

@@ -47,6 +47,8 @@ pub struct ShardSettings {
     pub grace: Duration,
     /// The streams' retention: no retry may wait longer.
     pub retention: Duration,
+    /// The largest event accepted (a replayed event is checked again like a fresh one).
+    pub max_event_bytes: usize,
 }
 
 /// Everything a shard needs, cheap to clone.
@@ -58,6 +60,8 @@ pub struct Shared {
     pub policy: Arc<AddressPolicy>,
     pub metrics: Arc<Metrics>,
     pub settings: ShardSettings,
+    /// The replay requests that exist, so a deleted replay's items are not attempted.
+    pub replays: Arc<crate::replay::Live>,
 }
 
 /// Why a shard stopped other than by request.

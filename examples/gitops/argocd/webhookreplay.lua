@@ -1,7 +1,6 @@
 -- Argo CD health of a herald.dev WebhookReplay: Degraded when the request is refused
--- (Ready=False) or failed, Healthy when completed, Progressing while pending or running.
--- This version of Herald carries out only dry runs; any other replay has Complete=False,
--- reason NotImplemented, which reads as Degraded rather than progressing forever.
+-- (Ready=False) or failed, Healthy when completed, Progressing while pending or running
+-- (a replay that sends runs until every event it enqueued is delivered or dead).
 local hs = { status = "Progressing", message = "Waiting for the Herald operator" }
 if obj.status == nil or obj.status.conditions == nil then
   return hs
@@ -24,7 +23,7 @@ if ready ~= nil and ready.status == "False" then
 elseif obj.status.phase == "Completed" then
   hs.status = "Healthy"
   hs.message = "Replay completed"
-elseif obj.status.phase == "Failed" or (complete ~= nil and complete.reason == "NotImplemented") then
+elseif obj.status.phase == "Failed" then
   hs.status = "Degraded"
   hs.message = complete ~= nil and describe(complete) or "Replay failed"
 else

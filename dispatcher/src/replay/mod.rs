@@ -1,24 +1,24 @@
 //! Carrying out `WebhookReplay`s (docs/architecture.md, "Replay"): the owner of an
-//! endpoint's shard reads the replay's range of the event store and reports its
-//! progress under `replay.<ns>.<name>` in the health bucket, where the operator turns
-//! it into the resource's status and a new owner of the shard resumes from its cursor.
+//! endpoint's shard reads the replay's range of the event store, queues the events the
+//! replay selects on the endpoint's retry lane again ([`scan`]), follows their attempts
+//! in the endpoint's attempt log until each reached a final state ([`tally`]), and
+//! reports its progress under `replay.<ns>.<name>` in the health bucket — the only
+//! writer of that key — where the operator turns it into the resource's status and a
+//! new owner of the shard resumes from its cursor.
 //!
-//! Built so far: dry runs — the events in the range that the endpoint and the replay's
-//! types select (with `onlyFailed`, only those whose newest attempt record for the
-//! endpoint says retrying or dead) are counted (`matched`), nothing is sent. Other
-//! requests are left alone (their status says so) until re-enqueueing is built.
-//! A deleted request stops its worker at once, and its progress is deleted with it.
+//! A dry run only counts. A deleted request stops its worker at once, its progress is
+//! deleted with it, and the shards skip its items not attempted yet ([`Live`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::kv;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    ATTEMPTS_STREAM, AttemptRecord, BucketKey, DeliveryState, EVENTS_PREFIX, EndpointKey,
-    ReplayProgress, ReplayRequest, event_id, parse_event_subject,
+    AttemptRecord, BucketKey, DeliveryState, EndpointKey, ReplayProgress, ReplayRequest,
 };
 use herald_core::pattern::Pattern;
 use tokio::sync::watch;
@@ -27,10 +27,53 @@ use tokio::task::JoinHandle;
 use crate::index::Endpoint;
 use crate::shard::Shared;
 
+mod scan;
+mod tally;
+
 /// How often a running replay's progress is written (and at the end).
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a worker waits for its endpoint's configuration before looking again.
 const CONFIG_WAIT: Duration = Duration::from_secs(1);
+
+/// The replay requests that exist (key → uid), as the runners watch them: an item of a
+/// replay that is not among them once the watch has loaded belongs to a deleted replay
+/// and is not attempted. Before the watch has loaded, nothing counts as withdrawn.
+#[derive(Debug, Default)]
+pub struct Live {
+    requests: RwLock<HashMap<String, String>>,
+    loaded: AtomicBool,
+}
+
+impl Live {
+    fn put(&self, key: &str, uid: &str) {
+        let mut requests = self
+            .requests
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        requests.insert(key.to_owned(), uid.to_owned());
+    }
+
+    fn delete(&self, key: &str) {
+        let mut requests = self
+            .requests
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        requests.remove(key);
+    }
+
+    fn mark_loaded(&self) {
+        self.loaded.store(true, Ordering::Release);
+    }
+
+    /// Whether the replay `uid` is known to be deleted.
+    pub fn withdrawn(&self, uid: &str) -> bool {
+        if !self.loaded.load(Ordering::Acquire) {
+            return false;
+        }
+        let requests = self.requests.read().unwrap_or_else(PoisonError::into_inner);
+        !requests.values().any(|live| live == uid)
+    }
+}
 
 /// Pure: whether an event of `event_type` published at `published_ms` is one the replay
 /// selects: in its range, taken by the endpoint, and of one of its types (if any).
@@ -66,6 +109,7 @@ pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
     // One entry per request seen (replays are few and deleted by their owners); the task
     // says whether the replay was this shard's.
     let mut workers: HashMap<String, (String, JoinHandle<bool>)> = HashMap::new();
+    let live = shared.replays.clone();
     let watch = async {
         loop {
             let mut entries = match shared.layout.config.watch_with_history("replay.>").await {
@@ -79,19 +123,29 @@ pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
             while let Some(entry) = entries.next().await {
                 let Ok(entry) = entry else { break };
                 if entry.operation != kv::Operation::Put {
+                    live.delete(&entry.key);
+                    if entry.delta == 0 {
+                        live.mark_loaded();
+                    }
                     if let Some((_, task)) = workers.remove(&entry.key) {
                         withdraw(&shared, shard, &entry.key, task).await;
                     }
                     continue;
                 }
-                let Ok(request) = serde_json::from_slice::<ReplayRequest>(&entry.value) else {
+                let request = serde_json::from_slice::<ReplayRequest>(&entry.value);
+                if let Ok(request) = &request {
+                    live.put(&entry.key, &request.uid);
+                }
+                if entry.delta == 0 {
+                    live.mark_loaded();
+                }
+                let Ok(request) = request else {
                     tracing::warn!(replay = entry.key, "ignoring a malformed replay request");
                     continue;
                 };
-                if !request.carried_out()
-                    || workers
-                        .get(&entry.key)
-                        .is_some_and(|(uid, _)| *uid == request.uid)
+                if workers
+                    .get(&entry.key)
+                    .is_some_and(|(uid, _)| *uid == request.uid)
                 {
                     continue;
                 }
@@ -130,8 +184,8 @@ async fn withdraw(shared: &Shared, shard: u32, key: &str, task: JoinHandle<bool>
     }
 }
 
-/// One replay, from where its progress says to the end of its range. Returns whether it
-/// was this shard's.
+/// One replay, from where its progress says to the end. Returns whether it was this
+/// shard's.
 async fn work(shared: Shared, shard: u32, key: String, request: ReplayRequest) -> bool {
     let endpoint_key = EndpointKey::new(&request.namespace, &request.endpoint);
     let endpoint = loop {
@@ -146,8 +200,15 @@ async fn work(shared: Shared, shard: u32, key: String, request: ReplayRequest) -
         .iter()
         .filter_map(|t| t.parse().ok())
         .collect();
+    let replay = Replay {
+        shared: &shared,
+        key: &key,
+        request: &request,
+        endpoint: &endpoint,
+        types: &types,
+    };
     loop {
-        match scan(&shared, &key, &request, &endpoint, &types).await {
+        match replay.carry_out().await {
             Ok(()) => return true,
             Err(error) => {
                 tracing::warn!(replay = key, %error, "replay interrupted; resuming");
@@ -157,25 +218,56 @@ async fn work(shared: Shared, shard: u32, key: String, request: ReplayRequest) -
     }
 }
 
-async fn read_progress(health: &kv::Store, key: &str, uid: &str) -> ReplayProgress {
-    let saved = health.get(key).await.ok().flatten();
-    saved
-        .and_then(|v| serde_json::from_slice::<ReplayProgress>(&v).ok())
-        .filter(|p| p.uid == uid)
-        .unwrap_or_else(|| ReplayProgress {
-            uid: uid.to_owned(),
-            ..Default::default()
-        })
+/// One replay being carried out.
+struct Replay<'a> {
+    shared: &'a Shared,
+    key: &'a str,
+    request: &'a ReplayRequest,
+    endpoint: &'a Endpoint,
+    types: &'a [Pattern],
 }
 
-async fn write_progress(
-    health: &kv::Store,
-    key: &str,
-    progress: &ReplayProgress,
-) -> Result<(), async_nats::Error> {
-    let value = serde_json::to_vec(progress)?;
-    health.put(key, value.into()).await?;
-    Ok(())
+impl Replay<'_> {
+    async fn carry_out(&self) -> Result<(), async_nats::Error> {
+        debug_assert!(BucketKey::parse(self.key).is_some());
+        let mut progress = self.read_progress().await;
+        if !progress.done {
+            self.scan(&mut progress).await?;
+        }
+        if !progress.finished(self.request.dry_run) {
+            self.tally(&mut progress).await?;
+        }
+        tracing::info!(
+            replay = self.key,
+            matched = progress.matched,
+            delivered = progress.delivered,
+            failed = progress.failed,
+            "replay finished"
+        );
+        Ok(())
+    }
+
+    async fn read_progress(&self) -> ReplayProgress {
+        let uid = &self.request.uid;
+        let saved = self.shared.layout.health.get(self.key).await.ok().flatten();
+        saved
+            .and_then(|v| serde_json::from_slice::<ReplayProgress>(&v).ok())
+            .filter(|p| p.uid == *uid)
+            .unwrap_or_else(|| ReplayProgress {
+                uid: uid.clone(),
+                ..Default::default()
+            })
+    }
+
+    async fn write_progress(&self, progress: &ReplayProgress) -> Result<(), async_nats::Error> {
+        let value = serde_json::to_vec(progress)?;
+        self.shared
+            .layout
+            .health
+            .put(self.key, value.into())
+            .await?;
+        Ok(())
+    }
 }
 
 /// Where to start reading: after the cursor, or at `from` by publish time.
@@ -198,103 +290,11 @@ fn by_start_time(ms: u64) -> DeliverPolicy {
     .unwrap_or(DeliverPolicy::All)
 }
 
-/// The events of the range whose delivery to the endpoint failed, from its attempt log
-/// (attempts of events published at or after `from` are all logged after it).
-async fn failed_in_log(
-    shared: &Shared,
-    request: &ReplayRequest,
-) -> Result<HashSet<Arc<str>>, async_nats::Error> {
-    let key = EndpointKey::new(&request.namespace, &request.endpoint);
-    let stream = shared.layout.js.get_stream(ATTEMPTS_STREAM).await?;
-    let mut consumer = stream
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: key.attempts_subject(),
-            deliver_policy: by_start_time(request.from_ms),
-            ..Default::default()
-        })
-        .await?;
-    let mut remaining = consumer.info().await?.num_pending;
-    let mut messages = consumer.messages().await?;
-    let mut records = Vec::new();
-    while remaining > 0 {
-        let Some(message) = messages.next().await else {
-            break;
-        };
-        let message = message?;
-        remaining = message.info()?.pending;
-        // A message is a batch of records, one JSON document a line.
-        records.extend(
-            message
-                .payload
-                .split(|b| *b == b'\n')
-                .filter_map(|line| serde_json::from_slice::<AttemptRecord>(line).ok()),
-        );
-    }
-    Ok(failed_events(records))
-}
-
-async fn scan(
-    shared: &Shared,
-    key: &str,
-    request: &ReplayRequest,
-    endpoint: &Endpoint,
-    types: &[Pattern],
-) -> Result<(), async_nats::Error> {
-    let health = &shared.layout.health;
-    debug_assert!(BucketKey::parse(key).is_some());
-    let mut progress = read_progress(health, key, &request.uid).await;
-    if progress.done {
-        return Ok(());
-    }
-    let failed = if request.only_failed {
-        Some(failed_in_log(shared, request).await?)
-    } else {
-        None
-    };
-    let mut consumer = shared
-        .layout
-        .events
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: format!("{EVENTS_PREFIX}.{}.>", request.namespace),
-            deliver_policy: start(request, &progress),
-            ..Default::default()
-        })
-        .await?;
-    let mut remaining = consumer.info().await?.num_pending;
-    let mut messages = consumer.messages().await?;
-    let mut last_write = tokio::time::Instant::now();
-    while remaining > 0 {
-        let Some(message) = messages.next().await else {
-            break;
-        };
-        let message = message?;
-        let info = message.info()?;
-        remaining = info.pending;
-        let published_ms = (info.published.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
-        if published_ms >= request.to_ms {
-            break;
-        }
-        let event_type = parse_event_subject(message.subject.as_str()).map(|(_, ty)| ty);
-        let failed_here = || {
-            failed.as_ref().is_none_or(|failed| {
-                failed.contains(event_id(published_ms, info.stream_sequence).as_str())
-            })
-        };
-        if event_type.is_some_and(|ty| selects(request, endpoint, types, ty, published_ms))
-            && failed_here()
-        {
-            progress.matched += 1;
-        }
-        progress.cursor = info.stream_sequence;
-        if last_write.elapsed() >= PROGRESS_INTERVAL {
-            write_progress(health, key, &progress).await?;
-            last_write = tokio::time::Instant::now();
-        }
-    }
-    progress.done = true;
-    write_progress(health, key, &progress).await?;
-    tracing::info!(replay = key, matched = progress.matched, "replay done");
-    Ok(())
+/// The attempt records in one attempt-log message (a batch, one JSON document a line).
+fn records(payload: &[u8]) -> impl Iterator<Item = AttemptRecord> + '_ {
+    payload
+        .split(|b| *b == b'\n')
+        .filter_map(|line| serde_json::from_slice::<AttemptRecord>(line).ok())
 }
 
 #[cfg(test)]
@@ -347,13 +347,22 @@ mod tests {
     }
 
     #[test]
-    fn only_dry_runs_are_carried_out_so_far() {
-        let mut r = request(&[]);
-        assert!(r.carried_out());
-        r.only_failed = true;
-        assert!(r.carried_out());
-        r.dry_run = false;
-        assert!(!r.carried_out());
+    fn a_deleted_replay_counts_as_withdrawn_only_once_the_requests_are_loaded() {
+        let live = Live::default();
+        live.put("replay.shop.a", "uid-a");
+        assert!(
+            !live.withdrawn("uid-gone"),
+            "not loaded: nothing is withdrawn"
+        );
+        live.mark_loaded();
+        assert!(live.withdrawn("uid-gone"));
+        assert!(!live.withdrawn("uid-a"));
+        live.delete("replay.shop.a");
+        assert!(live.withdrawn("uid-a"));
+        // The same name again is a new replay: the old uid stays withdrawn.
+        live.put("replay.shop.a", "uid-a2");
+        assert!(live.withdrawn("uid-a"));
+        assert!(!live.withdrawn("uid-a2"));
     }
 
     #[test]

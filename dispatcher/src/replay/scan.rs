@@ -1,0 +1,181 @@
+//! Reading a replay's range of the event store: counting what it selects and, unless it
+//! is a dry run, queueing each selected event on the endpoint's retry lane with its
+//! original id. The cursor is written only after every publish before it was
+//! acknowledged, so a worker that stops re-reads at most the events since its last
+//! write, and their repeated publishes are dropped by `Nats-Msg-Id`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::message::PublishMessage;
+use futures::StreamExt;
+use herald_core::dataplane::{
+    ATTEMPTS_STREAM, EVENTS_PREFIX, EndpointKey, Lane, LaneMessage, Origin, ReplayProgress,
+    event_id, lane, parse_event_subject,
+};
+use herald_core::envelope::{self, HeaderSize};
+
+use super::{PROGRESS_INTERVAL, Replay, by_start_time, failed_events, records, selects, start};
+use crate::shard::now_ms;
+
+/// Most lane publishes awaiting their acknowledgement.
+const PUBLISH_WINDOW: usize = 1024;
+
+impl Replay<'_> {
+    /// Reads the range from where `progress` says to its end; `progress.done` after.
+    pub(super) async fn scan(
+        &self,
+        progress: &mut ReplayProgress,
+    ) -> Result<(), async_nats::Error> {
+        let request = self.request;
+        if progress.started_ms == 0 {
+            progress.started_ms = now_ms();
+        }
+        let failed = if request.only_failed {
+            Some(self.failed_in_log().await?)
+        } else {
+            None
+        };
+        let mut consumer = self
+            .shared
+            .layout
+            .events
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: format!("{EVENTS_PREFIX}.{}.>", request.namespace),
+                deliver_policy: start(request, progress),
+                ..Default::default()
+            })
+            .await?;
+        let mut remaining = consumer.info().await?.num_pending;
+        let mut messages = consumer.messages().await?;
+        let mut unacked = Unacked::default();
+        let mut last_write = tokio::time::Instant::now();
+        while remaining > 0 {
+            let Some(message) = messages.next().await else {
+                break;
+            };
+            let message = message?;
+            let info = message.info()?;
+            remaining = info.pending;
+            let published_ms = (info.published.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
+            if published_ms >= request.to_ms {
+                break;
+            }
+            let id = event_id(published_ms, info.stream_sequence);
+            let selected = parse_event_subject(message.subject.as_str()).is_some_and(|(_, ty)| {
+                selects(request, self.endpoint, self.types, ty, published_ms)
+            }) && failed.as_ref().is_none_or(|f| f.contains(id.as_str()));
+            if selected {
+                // Checked again like a fresh event: one that was never deliverable (it
+                // went to the dead-letter stream) is not the endpoint's to replay.
+                let event = envelope::parse(
+                    message.subject.as_str(),
+                    &message.payload,
+                    HeaderSize::of(message.headers.as_ref()),
+                    jiff::Timestamp::from_millisecond(published_ms as i64)
+                        .unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+                    self.shared.settings.max_event_bytes,
+                );
+                if let Ok(event) = event {
+                    progress.matched += 1;
+                    if !request.dry_run {
+                        unacked.push(self.enqueue(&id, published_ms, event.body).await?);
+                    }
+                }
+            }
+            progress.cursor = info.stream_sequence;
+            if unacked.len() >= PUBLISH_WINDOW || last_write.elapsed() >= PROGRESS_INTERVAL {
+                progress.enqueued += unacked.settle().await?;
+                self.write_progress(progress).await?;
+                last_write = tokio::time::Instant::now();
+            }
+        }
+        progress.enqueued += unacked.settle().await?;
+        progress.done = true;
+        self.write_progress(progress).await?;
+        tracing::info!(
+            replay = self.key,
+            matched = progress.matched,
+            enqueued = progress.enqueued,
+            "replay range read"
+        );
+        Ok(())
+    }
+
+    /// Publishes one event to the endpoint's retry lane (not waiting for the ack).
+    async fn enqueue(
+        &self,
+        id: &str,
+        published_ms: u64,
+        body: bytes::Bytes,
+    ) -> Result<PublishAckFuture, async_nats::Error> {
+        let config = &self.endpoint.config;
+        let ordering_key = lane::ordering_pointer(config).map(|pointer| {
+            let value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+            lane::ordering_key(&value, pointer)
+        });
+        let message = LaneMessage {
+            event_id: id,
+            published_ms,
+            endpoint_uid: &config.uid,
+            ordering_key,
+            origin: Origin::Replay(&self.request.uid),
+        };
+        let subject = self.endpoint.key.lane_subject(config.shard, Lane::Retry);
+        let publish = PublishMessage::build()
+            .payload(body)
+            .headers(message.headers());
+        Ok(self.shared.layout.js.send_publish(subject, publish).await?)
+    }
+
+    /// The events of the range whose delivery to the endpoint failed, from its attempt
+    /// log (attempts of events published at or after `from` are all logged after it).
+    async fn failed_in_log(&self) -> Result<HashSet<Arc<str>>, async_nats::Error> {
+        let key = EndpointKey::new(&self.request.namespace, &self.request.endpoint);
+        let stream = self.shared.layout.js.get_stream(ATTEMPTS_STREAM).await?;
+        let mut consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: key.attempts_subject(),
+                deliver_policy: by_start_time(self.request.from_ms),
+                ..Default::default()
+            })
+            .await?;
+        let mut remaining = consumer.info().await?.num_pending;
+        let mut messages = consumer.messages().await?;
+        let mut logged = Vec::new();
+        while remaining > 0 {
+            let Some(message) = messages.next().await else {
+                break;
+            };
+            let message = message?;
+            remaining = message.info()?.pending;
+            logged.extend(records(&message.payload));
+        }
+        Ok(failed_events(logged))
+    }
+}
+
+/// Lane publishes sent and not yet known to be stored.
+#[derive(Default)]
+struct Unacked(Vec<PublishAckFuture>);
+
+impl Unacked {
+    fn push(&mut self, ack: PublishAckFuture) {
+        self.0.push(ack);
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Waits for every acknowledgement; how many there were.
+    async fn settle(&mut self) -> Result<u64, async_nats::Error> {
+        let n = self.0.len() as u64;
+        for ack in self.0.drain(..) {
+            ack.await?;
+        }
+        Ok(n)
+    }
+}
