@@ -160,9 +160,36 @@ pub fn parse(
     })
 }
 
+/// The event type of a body [`parse`] built (`{"type":"<type>",...`), read without
+/// parsing the rest: a valid type needs no JSON escape, so the text up to the next quote
+/// is the whole type. `None` for anything else. Cheap enough for every attempt (the
+/// dispatcher logs it with each attempt record).
+pub fn body_type(body: &[u8]) -> Option<&str> {
+    let rest = body.strip_prefix(b"{\"type\":\"")?;
+    let end = rest.iter().position(|b| *b == b'"')?;
+    let ty = std::str::from_utf8(&rest[..end]).ok()?;
+    validate_event_type(ty).is_ok().then_some(ty)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_type_is_read_from_the_front_of_a_body() {
+        let e = parse(
+            "herald.events.shop.order.created",
+            br#"{"data":{"type":"x"},"type":"order.created"}"#,
+            HeaderSize::default(),
+            at(),
+            1024,
+        )
+        .unwrap();
+        assert_eq!(body_type(&e.body), Some("order.created"));
+        assert_eq!(body_type(br#"{"type":"a\"b","data":1}"#), None);
+        assert_eq!(body_type(br#"{"data":1,"type":"a"}"#), None);
+        assert_eq!(body_type(b""), None);
+    }
 
     fn at() -> jiff::Timestamp {
         jiff::Timestamp::from_millisecond(1_700_000_000_123).unwrap()

@@ -318,6 +318,12 @@ pub struct AttemptRecord {
     /// The `WebhookReplay` (uid) that queued this delivery again, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<Arc<str>>,
+    /// The event's type, read from the front of the body that was sent
+    /// ([`crate::envelope::body_type`]), so the HTTP API lists and filters the log by
+    /// type without reading the event store. Absent in records written before it was
+    /// logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
 }
 
 /// What a dispatcher reports about one endpoint. Stored under `ep.<key>` in

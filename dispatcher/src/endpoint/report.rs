@@ -114,5 +114,6 @@ pub(super) fn record(
         next_attempt_ms,
         dead_reason,
         replay: item.replay.clone(),
+        event_type: herald_core::envelope::body_type(&item.body).map(str::to_owned),
     }
 }

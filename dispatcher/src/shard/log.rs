@@ -91,6 +91,7 @@ mod tests {
             next_attempt_ms: Some(5),
             dead_reason: None,
             replay: None,
+            event_type: Some("order.created".into()),
         };
         let records = vec![record; 2000];
         let batches = batches(&records);

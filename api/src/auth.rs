@@ -1,0 +1,318 @@
+//! Who is calling and what they may do: the bearer token is checked with a
+//! `TokenReview`, the route's resource and verb in the route's namespace with a
+//! `SubjectAccessReview` — the tenant's own RBAC decides. Both answers are cached for
+//! [`CACHE_TTL`] in a bounded map keyed by a SHA-256 of the token (never the token), so
+//! a busy client costs the API server two reviews per 10 s, not two per request.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::metrics::KindLabel;
+
+/// How long a token's review and an access decision are reused.
+pub const CACHE_TTL: Duration = Duration::from_secs(10);
+/// Most entries per cache.
+const CACHE_MAX: usize = 10_000;
+
+/// A resource and verb of the `herald.dev` API group that a route needs, checked in
+/// the route's namespace (and for the endpoint routes with the endpoint as the name,
+/// so RBAC `resourceNames` can narrow a grant to some endpoints).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Access {
+    pub resource: &'static str,
+    pub subresource: &'static str,
+    pub verb: &'static str,
+}
+
+/// `GET .../deliveries`.
+pub const LIST_DELIVERIES: Access = Access {
+    resource: "deliveries",
+    subresource: "",
+    verb: "list",
+};
+/// `GET .../deliveries/{eventId}`.
+pub const GET_DELIVERY: Access = Access {
+    resource: "deliveries",
+    subresource: "",
+    verb: "get",
+};
+/// `POST /v1/namespaces/{ns}/events`: a producer's verb, nothing else.
+pub const CREATE_EVENTS: Access = Access {
+    resource: "events",
+    subresource: "",
+    verb: "create",
+};
+/// `POST .../redeliver/{eventId}`, `.../redrive-dead`, `.../test`.
+pub const REDELIVER: Access = Access {
+    resource: "webhookendpoints",
+    subresource: "redeliver",
+    verb: "create",
+};
+
+/// The caller, as the API server told it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct User {
+    pub username: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// A small map whose entries expire.
+struct TtlCache<V> {
+    entries: Mutex<HashMap<String, (Instant, V)>>,
+}
+
+impl<V: Clone> TtlCache<V> {
+    fn new() -> Self {
+        Self {
+            entries: Mutex::default(),
+        }
+    }
+
+    fn get(&self, key: &str, now: Instant) -> Option<V> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, value) = entries.get(key)?;
+        (now.saturating_duration_since(*at) < CACHE_TTL).then(|| value.clone())
+    }
+
+    fn put(&self, key: String, value: V, now: Instant) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= CACHE_MAX {
+            entries.retain(|_, (at, _)| now.saturating_duration_since(*at) < CACHE_TTL);
+            if entries.len() >= CACHE_MAX {
+                entries.clear();
+            }
+        }
+        entries.insert(key, (now, value));
+    }
+}
+
+/// Authentication and authorization against the Kubernetes API.
+pub struct KubeAuth {
+    client: kube::Client,
+    /// `herald_api_reviews_total`, by `kind` (`token`, `access`).
+    reviews: Family<KindLabel, Counter>,
+    tokens: TtlCache<Option<Arc<User>>>,
+    decisions: TtlCache<Result<(), String>>,
+}
+
+/// How requests are checked.
+pub enum Auth {
+    Kube(Box<KubeAuth>),
+    /// `--insecure-dev-no-auth`: everyone may do everything (loopback only).
+    Disabled,
+}
+
+impl Auth {
+    pub fn kube(client: kube::Client, reviews: Family<KindLabel, Counter>) -> Self {
+        Self::Kube(Box::new(KubeAuth {
+            client,
+            reviews,
+            tokens: TtlCache::new(),
+            decisions: TtlCache::new(),
+        }))
+    }
+
+    /// Checks the `Authorization` header's value and the access it needs.
+    pub async fn check(
+        &self,
+        authorization: Option<&str>,
+        namespace: &str,
+        access: Access,
+        name: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let Self::Kube(kube) = self else {
+            return Ok(());
+        };
+        let user = kube.authenticate(authorization).await?;
+        kube.authorize(&user, namespace, access, name).await
+    }
+
+    /// Only the authentication half (the namespace's rate limit is taken between the
+    /// two, so an anonymous flood cannot spend a tenant's budget).
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<(), ApiError> {
+        match self {
+            Self::Kube(kube) => kube.authenticate(authorization).await.map(drop),
+            Self::Disabled => Ok(()),
+        }
+    }
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized", message)
+}
+
+/// The token of `Authorization: Bearer <token>`.
+pub fn bearer(authorization: Option<&str>) -> Option<&str> {
+    let value = authorization?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+impl KubeAuth {
+    async fn authenticate(&self, authorization: Option<&str>) -> Result<Arc<User>, ApiError> {
+        let token = bearer(authorization).ok_or_else(|| {
+            unauthorized("send a Kubernetes bearer token: Authorization: Bearer <token>")
+        })?;
+        let key: String = Sha256::digest(token.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let now = Instant::now();
+        let reviewed = match self.tokens.get(&key, now) {
+            Some(user) => user,
+            None => {
+                let user = self.review_token(token).await?;
+                self.tokens.put(key, user.clone(), now);
+                user
+            }
+        };
+        reviewed.ok_or_else(|| {
+            unauthorized("the bearer token was not accepted by the Kubernetes API server")
+        })
+    }
+
+    async fn review_token(&self, token: &str) -> Result<Option<Arc<User>>, ApiError> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_owned(),
+                audiences: None,
+            },
+            ..Default::default()
+        };
+        self.reviews
+            .get_or_create(&KindLabel { kind: "token" })
+            .inc();
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let review = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| ApiError::unavailable("the TokenReview", e))?;
+        let Some(status) = review.status.filter(|s| s.authenticated == Some(true)) else {
+            return Ok(None);
+        };
+        let user = status.user.unwrap_or_default();
+        Ok(Some(Arc::new(User {
+            username: user.username.unwrap_or_default(),
+            uid: user.uid.unwrap_or_default(),
+            groups: user.groups.unwrap_or_default(),
+            extra: user.extra.unwrap_or_default(),
+        })))
+    }
+
+    async fn authorize(
+        &self,
+        user: &User,
+        namespace: &str,
+        access: Access,
+        name: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let key = format!(
+            "{}\u{0}{}\u{0}{:?}\u{0}{namespace}\u{0}{access:?}\u{0}{name:?}",
+            user.username, user.uid, user.groups
+        );
+        let now = Instant::now();
+        let decision = match self.decisions.get(&key, now) {
+            Some(decision) => decision,
+            None => {
+                let decision = self.review_access(user, namespace, access, name).await?;
+                self.decisions.put(key, decision.clone(), now);
+                decision
+            }
+        };
+        decision.map_err(|reason| ApiError::new(StatusCode::FORBIDDEN, "Forbidden", reason))
+    }
+
+    async fn review_access(
+        &self,
+        user: &User,
+        namespace: &str,
+        access: Access,
+        name: Option<&str>,
+    ) -> Result<Result<(), String>, ApiError> {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(user.username.clone()),
+                uid: Some(user.uid.clone()).filter(|u| !u.is_empty()),
+                groups: Some(user.groups.clone()),
+                extra: Some(user.extra.clone()).filter(|e| !e.is_empty()),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(herald_core::names::GROUP.to_owned()),
+                    namespace: Some(namespace.to_owned()),
+                    resource: Some(access.resource.to_owned()),
+                    subresource: Some(access.subresource.to_owned()).filter(|s| !s.is_empty()),
+                    verb: Some(access.verb.to_owned()),
+                    name: name.map(str::to_owned),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        self.reviews
+            .get_or_create(&KindLabel { kind: "access" })
+            .inc();
+        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let review = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| ApiError::unavailable("the SubjectAccessReview", e))?;
+        let status = review.status.unwrap_or_default();
+        if status.allowed {
+            return Ok(Ok(()));
+        }
+        let resource = match access.subresource {
+            "" => access.resource.to_owned(),
+            sub => format!("{}/{sub}", access.resource),
+        };
+        let mut message = format!(
+            "{} may not {} {resource}.{} in namespace {namespace}",
+            user.username,
+            access.verb,
+            herald_core::names::GROUP
+        );
+        if let Some(reason) = status.reason.filter(|r| !r.is_empty()) {
+            message.push_str(": ");
+            message.push_str(&reason);
+        }
+        Ok(Err(message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bearer_tokens_are_taken() {
+        assert_eq!(bearer(Some("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(Some("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer(Some("Basic abc")), None);
+        assert_eq!(bearer(Some("Bearer ")), None);
+        assert_eq!(bearer(None), None);
+    }
+
+    #[test]
+    fn cached_answers_expire() {
+        let cache = TtlCache::new();
+        let t = Instant::now();
+        cache.put("k".into(), 1, t);
+        assert_eq!(cache.get("k", t + Duration::from_secs(9)), Some(1));
+        assert_eq!(cache.get("k", t + CACHE_TTL), None);
+    }
+}

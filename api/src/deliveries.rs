@@ -1,0 +1,294 @@
+//! The delivery log as a tenant reads it: one endpoint's attempt records and queued lane
+//! messages folded into one summary per event, filtered and paged. Pure: the records,
+//! the lane entries and the time come in; [`crate::log`] reads them from NATS.
+//!
+//! A delivery's state is derived from what the data plane stores, nothing else:
+//! - `pending`: queued in a lane, no attempt logged yet;
+//! - `inFlight`: attempted before and back in the pipeline: its retry is due (the
+//!   newest record is `retrying` and its next attempt time has passed) or it was queued
+//!   again after its newest record (a fired retry, a redelivery, a replay);
+//! - `succeeded`, `retrying`, `dead`: the newest record, nothing queued since.
+//!
+//! An attempt under way is invisible until it ends (records are written when an attempt
+//! finishes, batched about once a second), so `pending` and `inFlight` include the
+//! attempt being made right now.
+//!
+//! Pages are ordered newest event first (event ids sort by publish time). The cursor
+//! holds the position (the last id returned) and the log's state when the first page was
+//! read (the highest attempt-log and lane sequences): later pages fold only what was
+//! there then, so new attempts arriving meanwhile can neither repeat an event nor skip
+//! one, and each event keeps the state it had at the first page.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use herald_core::dataplane::{AttemptRecord, DeliveryState, event_published_ms};
+use herald_core::pattern::Pattern;
+use serde::Serialize;
+
+use crate::error::ApiError;
+
+/// Where a delivery stands (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum State {
+    Pending,
+    InFlight,
+    Succeeded,
+    Retrying,
+    Dead,
+}
+
+impl State {
+    fn parse(text: &str) -> Option<&'static [State]> {
+        Some(match text {
+            "pending" => &[State::Pending],
+            "inFlight" => &[State::InFlight],
+            "succeeded" => &[State::Succeeded],
+            "retrying" => &[State::Retrying],
+            "dead" => &[State::Dead],
+            // Everything that did not (yet) succeed after an attempt.
+            "failed" => &[State::Retrying, State::Dead],
+            _ => return None,
+        })
+    }
+}
+
+/// One attempt-log record and its sequence in the attempt log.
+pub struct Logged {
+    pub seq: u64,
+    pub record: AttemptRecord,
+}
+
+/// One message on the endpoint's lanes: an event queued for it.
+pub struct Queued {
+    pub seq: u64,
+    pub event_id: Arc<str>,
+    pub event_type: Option<String>,
+    pub published_ms: u64,
+}
+
+/// One delivery (one event to this endpoint), as listed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    pub event_id: Arc<str>,
+    #[serde(rename = "type")]
+    pub event_type: Option<String>,
+    pub state: State,
+    pub attempts: u32,
+    pub last_status: Option<u16>,
+    pub last_latency_ms: Option<u64>,
+    pub last_attempt_time: Option<String>,
+    pub next_attempt_time: Option<String>,
+    #[serde(skip)]
+    last_attempt_ms: Option<u64>,
+}
+
+/// What a list asks for.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pub states: Option<Vec<State>>,
+    pub event_type: Option<Pattern>,
+    /// Publish time bounds, Unix ms, inclusive.
+    pub since_ms: Option<u64>,
+    pub until_ms: Option<u64>,
+}
+
+impl Filter {
+    pub fn states(text: &str) -> Result<Vec<State>, ApiError> {
+        let mut states = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let parsed = State::parse(part).ok_or_else(|| {
+                ApiError::bad_request(
+                    "InvalidStatus",
+                    format!(
+                        "status {part:?} is not one of pending, inFlight, succeeded, retrying, dead, failed"
+                    ),
+                )
+            })?;
+            states.extend_from_slice(parsed);
+        }
+        Ok(states)
+    }
+
+    fn takes(&self, d: &Delivery) -> bool {
+        let published = event_published_ms(&d.event_id).unwrap_or_default();
+        self.states.as_ref().is_none_or(|s| s.contains(&d.state))
+            && self
+                .event_type
+                .as_ref()
+                .is_none_or(|p| d.event_type.as_deref().is_some_and(|t| p.matches(t)))
+            && self.since_ms.is_none_or(|s| published >= s)
+            && self.until_ms.is_none_or(|u| published <= u)
+    }
+}
+
+/// The log's state a listing is read at, and the position in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    /// Highest attempt-log sequence folded into states.
+    pub attempts_seq: u64,
+    /// Highest lane sequence folded into states.
+    pub lanes_seq: u64,
+    /// The last event id of the previous page (`None`: the first page).
+    pub after: Option<String>,
+}
+
+impl Cursor {
+    pub fn encode(&self) -> String {
+        format!(
+            "v1.{}.{}.{}",
+            self.attempts_seq,
+            self.lanes_seq,
+            self.after.as_deref().unwrap_or("")
+        )
+    }
+
+    pub fn decode(text: &str) -> Result<Self, ApiError> {
+        let bad = || {
+            ApiError::bad_request(
+                "InvalidCursor",
+                "cursor is not one this API returned as nextCursor",
+            )
+        };
+        let mut parts = text.splitn(4, '.');
+        (parts.next() == Some("v1")).then_some(()).ok_or_else(bad)?;
+        let attempts_seq = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let lanes_seq = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let after = parts.next().ok_or_else(bad)?;
+        if after.is_empty() || event_published_ms(after).is_none() {
+            return Err(bad());
+        }
+        Ok(Self {
+            attempts_seq,
+            lanes_seq,
+            after: Some(after.to_owned()),
+        })
+    }
+}
+
+/// One page and the cursor of the next, if any.
+pub struct Page {
+    pub items: Vec<Delivery>,
+    pub next: Option<Cursor>,
+}
+
+/// RFC 3339 with milliseconds.
+pub fn rfc3339(ms: u64) -> String {
+    jiff::Timestamp::from_millisecond(ms as i64)
+        .unwrap_or_default()
+        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+/// Folds records (in log order) and queued messages into deliveries, newest event first.
+/// Records and messages above the cursor's sequences still make an event listed (it was
+/// queued when the first page was read) but do not change its state.
+pub fn summarize(
+    records: Vec<Logged>,
+    queued: Vec<Queued>,
+    at: &Cursor,
+    now_ms: u64,
+) -> Vec<Delivery> {
+    struct Acc {
+        event_type: Option<String>,
+        newest: Option<AttemptRecord>,
+        attempts: u32,
+        queued_after: bool,
+        queued_ms: u64,
+    }
+    let mut by_id: HashMap<Arc<str>, Acc> = HashMap::new();
+    fn entry<'a>(by_id: &'a mut HashMap<Arc<str>, Acc>, id: &Arc<str>) -> &'a mut Acc {
+        by_id.entry(id.clone()).or_insert_with(|| Acc {
+            event_type: None,
+            newest: None,
+            attempts: 0,
+            queued_after: false,
+            queued_ms: 0,
+        })
+    }
+    for Logged { seq, record } in records {
+        let acc = entry(&mut by_id, &record.event_id);
+        if acc.event_type.is_none() {
+            acc.event_type.clone_from(&record.event_type);
+        }
+        if seq <= at.attempts_seq {
+            acc.attempts += 1;
+            acc.newest = Some(record);
+        }
+    }
+    for q in queued {
+        let acc = entry(&mut by_id, &q.event_id);
+        if acc.event_type.is_none() {
+            acc.event_type = q.event_type;
+        }
+        if q.seq <= at.lanes_seq {
+            acc.queued_ms = acc.queued_ms.max(q.published_ms);
+        }
+    }
+    let mut out: Vec<Delivery> = by_id
+        .into_iter()
+        .map(|(event_id, mut acc)| {
+            let newest = acc.newest.as_ref();
+            acc.queued_after =
+                acc.queued_ms > 0 && newest.is_none_or(|r| acc.queued_ms > r.time_ms);
+            let state = match newest {
+                None => State::Pending,
+                Some(_) if acc.queued_after => State::InFlight,
+                Some(r) => match r.state {
+                    DeliveryState::Succeeded => State::Succeeded,
+                    DeliveryState::Dead => State::Dead,
+                    DeliveryState::Retrying if r.next_attempt_ms.is_some_and(|n| n <= now_ms) => {
+                        State::InFlight
+                    }
+                    DeliveryState::Retrying => State::Retrying,
+                },
+            };
+            Delivery {
+                event_id,
+                event_type: acc.event_type,
+                state,
+                attempts: acc.attempts,
+                last_status: newest.and_then(|r| r.http_status),
+                last_latency_ms: newest.map(|r| r.latency_ms),
+                last_attempt_time: newest.map(|r| rfc3339(r.time_ms)),
+                next_attempt_time: newest
+                    .filter(|r| r.state == DeliveryState::Retrying)
+                    .and_then(|r| r.next_attempt_ms)
+                    .map(rfc3339),
+                last_attempt_ms: newest.map(|r| r.time_ms),
+            }
+        })
+        .collect();
+    out.sort_unstable_by(|a, b| b.event_id.cmp(&a.event_id));
+    out
+}
+
+/// The page after `at.after` of the deliveries `filter` takes.
+pub fn page(deliveries: Vec<Delivery>, filter: &Filter, at: &Cursor, limit: usize) -> Page {
+    let mut items: Vec<Delivery> = deliveries
+        .into_iter()
+        .filter(|d| at.after.as_deref().is_none_or(|after| &*d.event_id < after))
+        .filter(|d| filter.takes(d))
+        .take(limit + 1)
+        .collect();
+    let more = items.len() > limit;
+    items.truncate(limit);
+    let next = (more && !items.is_empty()).then(|| Cursor {
+        after: items.last().map(|d| d.event_id.to_string()),
+        ..at.clone()
+    });
+    Page { items, next }
+}
+
+impl Delivery {
+    /// When the newest attempt was made (Unix ms).
+    pub fn last_attempt_ms(&self) -> Option<u64> {
+        self.last_attempt_ms
+    }
+}
+
+#[cfg(test)]
+#[path = "deliveries_tests.rs"]
+mod tests;

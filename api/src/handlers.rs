@@ -1,0 +1,350 @@
+//! The tenant routes: each one is `guard` (authenticate, rate, authorize), the
+//! endpoint's configuration (404 when Herald does not deliver to it), then the work in
+//! `deliveries`, `ingest` or `enqueue`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use herald_core::dataplane::event_published_ms;
+use herald_core::pattern::Pattern;
+use serde_json::json;
+
+use crate::App;
+use crate::auth::{CREATE_EVENTS, GET_DELIVERY, LIST_DELIVERIES, REDELIVER};
+use crate::deliveries::{self, Cursor, Filter, rfc3339};
+use crate::enqueue;
+use crate::error::ApiError;
+use crate::ingest;
+
+/// Default page size.
+pub const DEFAULT_LIMIT: usize = 50;
+
+type Answer = Result<Response, ApiError>;
+
+fn now_ms() -> u64 {
+    jiff::Timestamp::now().as_millisecond().max(0) as u64
+}
+
+/// `since`/`until`: RFC 3339, or a duration (`2h`, `30m`) meaning that long ago.
+pub fn parse_time(name: &str, text: &str, now_ms: u64) -> Result<u64, ApiError> {
+    if let Ok(at) = text.parse::<jiff::Timestamp>() {
+        return Ok(at.as_millisecond().max(0) as u64);
+    }
+    if let Ok(ago) = herald_core::duration::parse_std(text) {
+        return Ok(now_ms.saturating_sub(ago.as_millis() as u64));
+    }
+    Err(ApiError::bad_request(
+        "InvalidTime",
+        format!(
+            "{name}={text:?} is neither an RFC 3339 time (2026-12-01T10:00:00Z) nor a duration ago (2h, 30m)"
+        ),
+    ))
+}
+
+fn filter(q: &HashMap<String, String>, now: u64) -> Result<Filter, ApiError> {
+    let mut filter = Filter::default();
+    if let Some(status) = q.get("status").filter(|s| !s.is_empty()) {
+        filter.states = Some(Filter::states(status)?);
+    }
+    if let Some(ty) = q.get("type").filter(|s| !s.is_empty()) {
+        filter.event_type = Some(
+            ty.parse::<Pattern>()
+                .map_err(|e| ApiError::bad_request("InvalidType", format!("type={ty:?} {e}")))?,
+        );
+    }
+    filter.since_ms = q
+        .get("since")
+        .map(|t| parse_time("since", t, now))
+        .transpose()?;
+    filter.until_ms = q
+        .get("until")
+        .map(|t| parse_time("until", t, now))
+        .transpose()?;
+    Ok(filter)
+}
+
+fn limit(q: &HashMap<String, String>, max: usize) -> Result<usize, ApiError> {
+    let Some(text) = q.get("limit") else {
+        return Ok(DEFAULT_LIMIT.min(max));
+    };
+    let limit: usize = text.parse().ok().filter(|l| *l > 0).ok_or_else(|| {
+        ApiError::bad_request(
+            "InvalidLimit",
+            format!("limit={text:?} is not a number from 1 to {max}"),
+        )
+    })?;
+    if limit > max {
+        return Err(ApiError::bad_request(
+            "LimitTooLarge",
+            format!("limit={limit} is above the largest page, {max}"),
+        ));
+    }
+    Ok(limit)
+}
+
+fn check_event_id(id: &str) -> Result<(), ApiError> {
+    event_published_ms(id).map(drop).ok_or_else(|| {
+        ApiError::bad_request(
+            "InvalidEventId",
+            format!("{id:?} is not a Herald event id (msg_<ULID>)"),
+        )
+    })
+}
+
+pub async fn list_deliveries(
+    State(app): State<Arc<App>>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Answer {
+    app.guard(&headers, &ns, LIST_DELIVERIES, Some(&name))
+        .await?;
+    let now = now_ms();
+    let filter = filter(&q, now)?;
+    let limit = limit(&q, app.settings.max_page)?;
+    let cursor = q
+        .get("cursor")
+        .filter(|c| !c.is_empty())
+        .map(|c| Cursor::decode(c))
+        .transpose()?;
+    let store = app.store()?;
+    let config = store.endpoint(&ns, &name).await?;
+    let cursor = match cursor {
+        Some(cursor) => cursor,
+        None => {
+            let (attempts_seq, lanes_seq) = store.high_water(&config).await?;
+            Cursor {
+                attempts_seq,
+                lanes_seq,
+                after: None,
+            }
+        }
+    };
+    // Attempts of events published since `since` are all logged after it.
+    let records = store
+        .records(&config.key(), filter.since_ms.unwrap_or(0))
+        .await?;
+    let queued = store.queued(&config).await?;
+    let list = deliveries::summarize(records, queued, &cursor, now);
+    let page = deliveries::page(list, &filter, &cursor, limit);
+    Ok(Json(json!({
+        "items": page.items,
+        "nextCursor": page.next.map(|c| c.encode()),
+    }))
+    .into_response())
+}
+
+pub async fn get_delivery(
+    State(app): State<Arc<App>>,
+    Path((ns, name, event_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let (store, config) = app.endpoint(&headers, &ns, &name, GET_DELIVERY).await?;
+    check_event_id(&event_id)?;
+    let (attempts_seq, lanes_seq) = store.high_water(&config).await?;
+    let published = event_published_ms(&event_id).unwrap_or_default();
+    let records: Vec<_> = store
+        .records(&config.key(), published)
+        .await?
+        .into_iter()
+        .filter(|l| *l.record.event_id == *event_id)
+        .collect();
+    let queued: Vec<_> = store
+        .queued(&config)
+        .await?
+        .into_iter()
+        .filter(|q| *q.event_id == *event_id)
+        .collect();
+    let attempts: Vec<serde_json::Value> = records
+        .iter()
+        .filter(|l| l.seq <= attempts_seq)
+        .map(|l| {
+            let r = &l.record;
+            json!({
+                "attempt": r.attempt,
+                "time": rfc3339(r.time_ms),
+                "outcome": r.outcome.as_str(),
+                "status": r.http_status,
+                "latencyMs": r.latency_ms,
+                "response": r.response,
+                "state": r.state.as_str(),
+                "nextAttemptTime": r.next_attempt_ms.map(rfc3339),
+            })
+        })
+        .collect();
+    let at = Cursor {
+        attempts_seq,
+        lanes_seq,
+        after: None,
+    };
+    let Some(delivery) = deliveries::summarize(records, queued, &at, now_ms()).pop() else {
+        return Err(ApiError::not_found(
+            "DeliveryNotFound",
+            format!(
+                "endpoint {name} in namespace {ns} has no delivery of event {event_id} in its log or queue"
+            ),
+        ));
+    };
+    let event_type = match delivery.event_type {
+        Some(ty) => Some(ty),
+        None => store.event(&ns, &event_id).await?.and_then(|e| {
+            herald_core::dataplane::parse_event_subject(&e.subject).map(|(_, ty)| ty.to_owned())
+        }),
+    };
+    Ok(Json(json!({
+        "eventId": delivery.event_id,
+        "type": event_type,
+        "state": delivery.state,
+        "nextAttemptTime": delivery.next_attempt_time,
+        "attempts": attempts,
+    }))
+    .into_response())
+}
+
+pub async fn create_event(
+    State(app): State<Arc<App>>,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Answer {
+    app.guard(&headers, &ns, CREATE_EVENTS, None).await?;
+    let max = app.settings.max_event_bytes;
+    let body = axum::body::to_bytes(body, max)
+        .await
+        .map_err(|_| ingest::too_large(max + 1, max))?;
+    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
+    let (subject, nats_headers) = ingest::check(&ns, key, &body, max)?;
+    let store = app.store()?;
+    let accepted = ingest::publish(store, subject, nats_headers, body).await?;
+    let result = if accepted.duplicate {
+        "duplicate"
+    } else {
+        "accepted"
+    };
+    app.metrics
+        .ingested
+        .get_or_create(&crate::metrics::ResultLabel { result })
+        .inc();
+    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+}
+
+fn count_enqueued(app: &App, kind: &'static str, n: usize) {
+    app.metrics
+        .enqueued
+        .get_or_create(&crate::metrics::KindLabel { kind })
+        .inc_by(n as u64);
+}
+
+pub async fn redeliver(
+    State(app): State<Arc<App>>,
+    Path((ns, name, event_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let (store, config) = app.endpoint(&headers, &ns, &name, REDELIVER).await?;
+    check_event_id(&event_id)?;
+    let request = enqueue::request_id();
+    enqueue::redeliver(
+        store,
+        &config,
+        &event_id,
+        &request,
+        app.settings.max_event_bytes,
+    )
+    .await?;
+    count_enqueued(&app, "redeliver", 1);
+    tracing::info!(
+        namespace = ns,
+        endpoint = name,
+        event_id,
+        request,
+        "redelivery queued"
+    );
+    let body = json!({"eventId": event_id, "requestId": request});
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+pub async fn redrive_dead(
+    State(app): State<Arc<App>>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let (store, config) = app.endpoint(&headers, &ns, &name, REDELIVER).await?;
+    let request = enqueue::request_id();
+    let records = store.records(&config.key(), 0).await?;
+    let mut event_ids = Vec::new();
+    let mut skipped = Vec::new();
+    for id in enqueue::dead_events(&records) {
+        match enqueue::redeliver(store, &config, &id, &request, app.settings.max_event_bytes).await
+        {
+            Ok(()) => event_ids.push(id),
+            // A test event, one past the retention window, or one the endpoint no longer
+            // subscribes to: reported, not sent.
+            Err(e) if e.status != StatusCode::SERVICE_UNAVAILABLE => skipped.push(id),
+            Err(e) => return Err(e),
+        }
+    }
+    count_enqueued(&app, "redrive", event_ids.len());
+    tracing::info!(
+        namespace = ns,
+        endpoint = name,
+        request,
+        count = event_ids.len(),
+        "dead deliveries queued again"
+    );
+    let body = json!({
+        "requestId": request,
+        "count": event_ids.len(),
+        "eventIds": event_ids,
+        "skipped": skipped,
+    });
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+pub async fn send_test_event(
+    State(app): State<Arc<App>>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let (store, config) = app.endpoint(&headers, &ns, &name, REDELIVER).await?;
+    let request = enqueue::request_id();
+    let event_id =
+        enqueue::test_event(store, &config, &request, app.settings.max_event_bytes).await?;
+    count_enqueued(&app, "test", 1);
+    let body = json!({"eventId": event_id, "requestId": request});
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_or_durations_ago() {
+        let now = 10_000_000;
+        assert_eq!(parse_time("since", "2h", now).unwrap(), now - 7_200_000);
+        assert_eq!(parse_time("since", "30s", now).unwrap(), now - 30_000);
+        assert_eq!(
+            parse_time("since", "1970-01-01T00:00:01Z", now).unwrap(),
+            1000
+        );
+        assert_eq!(
+            parse_time("since", "yesterday", now).unwrap_err().code,
+            "InvalidTime"
+        );
+    }
+
+    #[test]
+    fn the_page_size_has_a_default_and_a_ceiling() {
+        let q = |v: &str| HashMap::from([("limit".to_owned(), v.to_owned())]);
+        assert_eq!(limit(&HashMap::new(), 500).unwrap(), 50);
+        assert_eq!(limit(&q("500"), 500).unwrap(), 500);
+        assert_eq!(limit(&q("501"), 500).unwrap_err().code, "LimitTooLarge");
+        assert_eq!(limit(&q("0"), 500).unwrap_err().code, "InvalidLimit");
+        assert_eq!(limit(&q("x"), 500).unwrap_err().code, "InvalidLimit");
+    }
+}

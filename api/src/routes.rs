@@ -1,0 +1,195 @@
+//! The route table (one list, from which the router is built and against which the
+//! OpenAPI document is tested), the checks every tenant request passes — authenticate,
+//! the namespace's rate limit, authorize — and the probes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
+
+use herald_core::dataplane::EndpointConfig;
+
+use crate::App;
+use crate::auth::Access;
+use crate::error::ApiError;
+use crate::handlers;
+use crate::limit::retry_after_secs;
+use crate::metrics::{RequestLabel, RouteLabel};
+
+/// Every route: method, path (OpenAPI's template syntax, which axum shares) and the
+/// name used as its metric label.
+pub const ROUTES: &[(Method, &str, &str)] = &[
+    (
+        Method::GET,
+        "/v1/namespaces/{ns}/endpoints/{name}/deliveries",
+        "listDeliveries",
+    ),
+    (
+        Method::GET,
+        "/v1/namespaces/{ns}/endpoints/{name}/deliveries/{eventId}",
+        "getDelivery",
+    ),
+    (Method::POST, "/v1/namespaces/{ns}/events", "createEvent"),
+    (
+        Method::POST,
+        "/v1/namespaces/{ns}/endpoints/{name}/redeliver/{eventId}",
+        "redeliver",
+    ),
+    (
+        Method::POST,
+        "/v1/namespaces/{ns}/endpoints/{name}/redrive-dead",
+        "redriveDead",
+    ),
+    (
+        Method::POST,
+        "/v1/namespaces/{ns}/endpoints/{name}/test",
+        "sendTestEvent",
+    ),
+    (Method::GET, "/healthz", "healthz"),
+    (Method::GET, "/readyz", "readyz"),
+    (Method::GET, "/metrics", "metrics"),
+    (Method::GET, "/openapi.json", "openapi"),
+];
+
+fn handler(name: &str) -> MethodRouter<Arc<App>> {
+    match name {
+        "listDeliveries" => get(handlers::list_deliveries),
+        "getDelivery" => get(handlers::get_delivery),
+        "createEvent" => post(handlers::create_event),
+        "redeliver" => post(handlers::redeliver),
+        "redriveDead" => post(handlers::redrive_dead),
+        "sendTestEvent" => post(handlers::send_test_event),
+        "healthz" => get(|| async { "ok" }),
+        "readyz" => get(readyz),
+        "metrics" => get(metrics),
+        "openapi" => get(openapi),
+        other => unreachable!("route {other} has no handler"),
+    }
+}
+
+/// The API's router.
+pub fn router(app: Arc<App>) -> Router {
+    let mut router = Router::new();
+    for (_, path, name) in ROUTES {
+        router = router.route(path, handler(name));
+    }
+    router
+        .fallback(|| async { ApiError::not_found("NotFound", "no such route; see /openapi.json") })
+        .layer(middleware::from_fn_with_state(app.clone(), track))
+        .with_state(app)
+}
+
+/// Counts and times every request by its route's name.
+async fn track(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let path = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let route = path
+        .and_then(|p| ROUTES.iter().find(|(_, path, _)| *path == p))
+        .map_or("unknown", |(_, _, name)| *name);
+    let response = next.run(request).await;
+    let code = response.status().as_u16();
+    app.metrics
+        .requests
+        .get_or_create(&RequestLabel { route, code })
+        .inc();
+    app.metrics
+        .duration
+        .get_or_create(&RouteLabel { route })
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+impl App {
+    /// Authenticates the caller, takes one request from the namespace's budget, and
+    /// checks `access` in the namespace (on the endpoint `name`, if given).
+    pub async fn guard(
+        &self,
+        headers: &HeaderMap,
+        namespace: &str,
+        access: Access,
+        name: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        self.auth.authenticate(authorization).await?;
+        if let Err(wait) = self.limits.take(namespace, Instant::now()) {
+            let secs = retry_after_secs(wait);
+            let mut error = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                format!(
+                    "namespace {namespace} is over its API rate ({} requests/s, bursts of {}); retry after {secs} s",
+                    self.settings.rate_per_namespace, self.settings.burst_per_namespace
+                ),
+            );
+            error.retry_after = Some(secs);
+            return Err(error);
+        }
+        self.auth
+            .check(authorization, namespace, access, name)
+            .await
+    }
+
+    /// [`App::guard`] for a route on endpoint `name`, then the store and the endpoint's
+    /// configuration (404 when Herald does not deliver to it).
+    pub async fn endpoint(
+        &self,
+        headers: &HeaderMap,
+        namespace: &str,
+        name: &str,
+        access: Access,
+    ) -> Result<(&crate::store::Store, EndpointConfig), ApiError> {
+        self.guard(headers, namespace, access, Some(name)).await?;
+        let store = self.store()?;
+        let config = store.endpoint(namespace, name).await?;
+        Ok((store, config))
+    }
+
+    /// The store, or 503 until the streams exist.
+    pub fn store(&self) -> Result<&crate::store::Store, ApiError> {
+        self.store.get().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "NotReady",
+                "Herald's streams are not there yet (no dispatcher has started); try again",
+            )
+        })
+    }
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let connected = app.nats.connection_state() == async_nats::connection::State::Connected;
+    let mut missing = Vec::new();
+    if !connected {
+        missing.push("nats");
+    }
+    if app.store.get().is_none() {
+        missing.push("store");
+    }
+    if missing.is_empty() {
+        (StatusCode::OK, "ready".to_owned()).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}", missing.join(", ")),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> String {
+    app.metrics.encode()
+}
+
+async fn openapi(State(app): State<Arc<App>>) -> axum::Json<serde_json::Value> {
+    axum::Json(app.openapi.clone())
+}

@@ -1,0 +1,246 @@
+//! What the API reads from and writes to NATS: endpoint configurations from
+//! `herald-config`, the attempt log (`HERALD_ATTEMPTS`), the endpoint's lanes and the
+//! event store. Reads use ordered consumers (no state left behind, nothing to ack) and
+//! direct gets; the API's NATS identity may do nothing else with these streams.
+
+use std::sync::Arc;
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
+use async_nats::jetstream::{self, kv};
+use futures::StreamExt;
+use herald_core::dataplane::{
+    ATTEMPTS_STREAM, AttemptRecord, CONFIG_BUCKET, DELIVERIES_STREAM, EVENT_ID_HEADER,
+    EVENTS_STREAM, EndpointConfig, EndpointKey, Lane, PUBLISHED_HEADER, parse_event_subject,
+};
+
+use crate::deliveries::{Logged, Queued};
+use crate::error::ApiError;
+
+/// Most lane messages one list reads: an endpoint with a larger backlog lists the
+/// oldest this many of its queued events that have no attempt yet as `pending`.
+pub const LANE_SCAN_MAX: usize = 20_000;
+
+/// Handles on the streams and the bucket.
+#[derive(Clone)]
+pub struct Store {
+    pub js: jetstream::Context,
+    config: kv::Store,
+    attempts: Stream,
+    lanes: Stream,
+    pub events: Stream,
+}
+
+/// A stored event, read back by its id.
+pub struct StoredEvent {
+    pub subject: String,
+    pub payload: bytes::Bytes,
+    pub headers: async_nats::HeaderMap,
+    pub published_ms: u64,
+}
+
+fn published_ms(time: async_nats::datetime::DateTime) -> u64 {
+    (time.unix_timestamp_nanos() / 1_000_000).max(0) as u64
+}
+
+/// Start reading at `ms` by publish time (every stream here is append-only by time).
+pub fn by_start_time(ms: u64) -> DeliverPolicy {
+    let from = jiff::Timestamp::from_millisecond(ms as i64).unwrap_or_default();
+    // async-nats takes a `time` value; its serde form is RFC 3339, which jiff prints.
+    serde_json::from_value(serde_json::json!({
+        "deliver_policy": "by_start_time",
+        "opt_start_time": from.to_string(),
+    }))
+    .unwrap_or(DeliverPolicy::All)
+}
+
+/// The event-store sequence an event id carries (`event_id(ms, seq)`).
+pub fn event_sequence(event_id: &str) -> Option<u64> {
+    let ulid = event_id.strip_prefix("msg_")?.parse::<ulid::Ulid>().ok()?;
+    u64::try_from(ulid.random()).ok()
+}
+
+impl Store {
+    /// Opens the streams and the bucket (created by the dispatchers and the operator;
+    /// the API never creates them).
+    pub async fn open(js: jetstream::Context) -> Result<Self, async_nats::Error> {
+        Ok(Self {
+            config: js.get_key_value(CONFIG_BUCKET).await?,
+            attempts: js.get_stream(ATTEMPTS_STREAM).await?,
+            lanes: js.get_stream(DELIVERIES_STREAM).await?,
+            events: js.get_stream(EVENTS_STREAM).await?,
+            js,
+        })
+    }
+
+    /// The endpoint's configuration, or a 404 naming it.
+    pub async fn endpoint(&self, namespace: &str, name: &str) -> Result<EndpointConfig, ApiError> {
+        let key = EndpointKey::new(namespace, name);
+        let entry = self
+            .config
+            .get(key.config_key())
+            .await
+            .map_err(|e| ApiError::unavailable("reading the endpoint configuration", e))?;
+        let config = entry.and_then(|v| serde_json::from_slice::<EndpointConfig>(&v).ok());
+        config
+            .filter(|c| c.namespace == namespace && c.name == name)
+            .ok_or_else(|| {
+                ApiError::not_found(
+                    "EndpointNotFound",
+                    format!(
+                        "namespace {namespace} has no WebhookEndpoint {name} that Herald delivers to (it does not exist or is not valid yet)"
+                    ),
+                )
+            })
+    }
+
+    /// The sequence of the newest message of `subjects` in `stream` (0: none).
+    async fn last_seq(stream: &Stream, subjects: &[String]) -> Result<u64, ApiError> {
+        let mut last = 0;
+        for subject in subjects {
+            match stream.direct_get_last_for_subject(subject.as_str()).await {
+                Ok(message) => last = last.max(message.sequence),
+                Err(e) if e.kind() == DirectGetErrorKind::NotFound => {}
+                Err(e) => return Err(ApiError::unavailable("reading the delivery log", e)),
+            }
+        }
+        Ok(last)
+    }
+
+    /// The attempt log's and the lanes' newest sequences for an endpoint.
+    pub async fn high_water(&self, config: &EndpointConfig) -> Result<(u64, u64), ApiError> {
+        let key = config.key();
+        let attempts = Self::last_seq(&self.attempts, &[key.attempts_subject()]).await?;
+        let lanes = Self::last_seq(&self.lanes, &lane_subjects(config)).await?;
+        Ok((attempts, lanes))
+    }
+
+    /// The endpoint's attempt records logged at or after `from_ms`, oldest first.
+    pub async fn records(&self, key: &EndpointKey, from_ms: u64) -> Result<Vec<Logged>, ApiError> {
+        let mut out = Vec::new();
+        read(
+            &self.attempts,
+            vec![key.attempts_subject()],
+            by_start_time(from_ms),
+            usize::MAX,
+            |seq, message| {
+                out.extend(
+                    message
+                        .payload
+                        .split(|b| *b == b'\n')
+                        .filter(|l| !l.is_empty())
+                        .filter_map(|line| serde_json::from_slice::<AttemptRecord>(line).ok())
+                        .map(|record| Logged { seq, record }),
+                );
+            },
+        )
+        .await
+        .map_err(|e| ApiError::unavailable("reading the delivery log", e))?;
+        Ok(out)
+    }
+
+    /// The events queued on the endpoint's lanes (the oldest [`LANE_SCAN_MAX`]).
+    pub async fn queued(&self, config: &EndpointConfig) -> Result<Vec<Queued>, ApiError> {
+        let mut out = Vec::new();
+        read(
+            &self.lanes,
+            lane_subjects(config),
+            DeliverPolicy::All,
+            LANE_SCAN_MAX,
+            |seq, message| {
+                let headers = message.headers.as_ref();
+                let Some(id) = headers.and_then(|h| h.get(EVENT_ID_HEADER)) else {
+                    return;
+                };
+                let published = headers
+                    .and_then(|h| h.get(PUBLISHED_HEADER))
+                    .and_then(|v| v.as_str().parse().ok());
+                let queued_ms = message.info().map(|i| published_ms(i.published)).ok();
+                out.push(Queued {
+                    seq,
+                    event_id: Arc::from(id.as_str()),
+                    event_type: herald_core::envelope::body_type(&message.payload)
+                        .map(str::to_owned),
+                    published_ms: queued_ms.or(published).unwrap_or_default(),
+                });
+            },
+        )
+        .await
+        .map_err(|e| ApiError::unavailable("reading the endpoint's queue", e))?;
+        Ok(out)
+    }
+
+    /// The stored event `event_id` names, if it is in `namespace`'s part of the store.
+    pub async fn event(
+        &self,
+        namespace: &str,
+        event_id: &str,
+    ) -> Result<Option<StoredEvent>, ApiError> {
+        let (Some(seq), Some(ms)) = (
+            event_sequence(event_id),
+            herald_core::dataplane::event_published_ms(event_id),
+        ) else {
+            return Ok(None);
+        };
+        let message = match self.events.direct_get(seq).await {
+            Ok(message) => message,
+            Err(e) if e.kind() == DirectGetErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ApiError::unavailable("reading the event store", e)),
+        };
+        let stored_ms = published_ms(message.time);
+        let ours =
+            parse_event_subject(message.subject.as_str()).is_some_and(|(ns, _)| ns == namespace);
+        Ok((ours && stored_ms == ms).then(|| StoredEvent {
+            subject: message.subject.to_string(),
+            payload: message.payload,
+            headers: message.headers,
+            published_ms: stored_ms,
+        }))
+    }
+}
+
+/// The endpoint's two lane subjects.
+pub fn lane_subjects(config: &EndpointConfig) -> Vec<String> {
+    let key = config.key();
+    [Lane::New, Lane::Retry]
+        .map(|lane| key.lane_subject(config.shard, lane))
+        .to_vec()
+}
+
+/// Reads `subjects` of `stream` from `start` to the end as it was when the read began,
+/// at most `max` messages, handing each with its sequence to `each`.
+async fn read(
+    stream: &Stream,
+    subjects: Vec<String>,
+    start: DeliverPolicy,
+    max: usize,
+    mut each: impl FnMut(u64, &jetstream::Message),
+) -> Result<(), async_nats::Error> {
+    let (filter_subject, filter_subjects) = match <[String; 1]>::try_from(subjects) {
+        Ok([one]) => (one, Vec::new()),
+        Err(many) => (String::new(), many),
+    };
+    let mut consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject,
+            filter_subjects,
+            deliver_policy: start,
+            ..Default::default()
+        })
+        .await?;
+    let mut remaining = consumer.info().await?.num_pending;
+    let mut messages = consumer.messages().await?;
+    let mut read = 0;
+    while remaining > 0 && read < max {
+        let Some(message) = messages.next().await else {
+            break;
+        };
+        let message = message?;
+        let info = message.info()?;
+        remaining = info.pending;
+        let seq = info.stream_sequence;
+        each(seq, &message);
+        read += 1;
+    }
+    Ok(())
+}
