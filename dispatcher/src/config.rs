@@ -38,6 +38,8 @@ pub struct Config {
     pub grace: Duration,
     #[command(flatten)]
     pub destinations: AddressPolicyArgs,
+    #[command(flatten)]
+    pub egress: crate::http::EgressArgs,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "HERALD_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,

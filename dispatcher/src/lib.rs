@@ -39,8 +39,10 @@ pub enum RunError {
     Connect(#[from] herald_core::flags::NatsConnectError),
     #[error(transparent)]
     Layout(#[from] herald_core::dataplane::layout::LayoutError),
-    #[error("building the HTTP client (is a rustls crypto provider installed?): {0}")]
-    Http(#[source] reqwest::Error),
+    #[error(transparent)]
+    Http(#[from] http::ClientError),
+    #[error(transparent)]
+    Egress(#[from] http::EgressError),
     #[error("serving metrics on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -78,6 +80,7 @@ pub async fn run_with_index(
         health_interval,
         grace,
         destinations,
+        egress,
         listen,
         json_logs: _,
     } = config;
@@ -97,7 +100,7 @@ pub async fn run_with_index(
     )
     .await?;
     let policy = Arc::new(destinations.policy());
-    let http = http::client(policy.clone()).map_err(RunError::Http)?;
+    let http = http::Client::new(policy.clone(), egress.egress()?)?;
 
     let (stop_tx, stop) = watch::channel(false);
     let shared = shard::Shared {

@@ -11,6 +11,7 @@
 pub mod dataplane;
 pub mod faults;
 pub mod helm;
+pub mod proxy;
 pub mod receiver;
 
 use std::path::{Path, PathBuf};
@@ -102,6 +103,27 @@ pub async fn orphaned() {
     while std::os::unix::process::parent_id() == parent {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// SIGINT, then wait (without blocking the test's runtime, which serves the receiver):
+/// a graceful stop of a process a test started (a dispatcher). A process that has not
+/// stopped after 30 s is killed, so a lost signal cannot hang the test.
+pub async fn stop(mut child: Child) {
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    for _ in 0..300 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "process {} did not stop within 30 s of SIGINT; killing it",
+        child.id()
+    );
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Serializes the fault-injecting tests of one process.

@@ -258,7 +258,13 @@ pub struct Receiver {
 impl Receiver {
     /// Starts a receiver on a free port of 127.0.0.1.
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        Self::start_on("127.0.0.1").await
+    }
+
+    /// Starts a receiver on a free port of `ip` (e.g. 127.0.0.2, for a policy that
+    /// allows that address and not 127.0.0.1).
+    pub async fn start_on(ip: &str) -> Self {
+        let listener = TcpListener::bind((ip, 0))
             .await
             .expect("binding the receiver");
         let addr = listener.local_addr().expect("receiver address");
@@ -276,7 +282,7 @@ impl Receiver {
         Self { addr, inner }
     }
 
-    /// `http://127.0.0.1:<port>/<path>`.
+    /// `http://<ip>:<port>/<path>`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}/{path}", self.addr)
     }

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use herald_core::dataplane::{DELIVERIES_STREAM, SHARDS_BUCKET, event_subject};
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint};
 use herald_e2e::receiver::{Behavior, Receiver};
-use herald_e2e::{eventually, fault_lock, private_env};
+use herald_e2e::{eventually, fault_lock, private_env, stop};
 use serde_json::json;
 
 fn spawn_dispatcher(id: &str) -> Child {
@@ -48,24 +48,6 @@ fn spawn_dispatcher_on(id: &str, listen: &str) -> Child {
 fn log(id: &str, stream: &str) -> Stdio {
     let path = std::env::temp_dir().join(format!("herald-test-dispatcher-{id}.{stream}.log"));
     std::fs::File::create(path).map_or_else(|_| Stdio::null(), Stdio::from)
-}
-
-/// SIGINT, then wait (without blocking the test's runtime, which serves the receiver):
-/// a graceful stop. A process that has not stopped after 30 s is killed, so a lost
-/// signal cannot hang the test.
-async fn stop(mut child: Child) {
-    let _ = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status();
-    for _ in 0..300 {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    eprintln!("the dispatcher did not stop within 30 s of SIGINT; killing it");
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 fn received_data(rx: &Receiver, path: &str) -> BTreeSet<i64> {

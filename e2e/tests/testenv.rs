@@ -223,6 +223,22 @@ async fn invalid_endpoints_are_refused_naming_the_field() {
             json!({"delivery": {"redactResponseFields": ["/a~2b"]}}),
             &["spec.delivery.redactResponseFields[0]", "JSON Pointer"],
         ),
+        (
+            json!({"delivery": {"proxy": {}}}),
+            &["spec.delivery.proxy", "exactly one of name"],
+        ),
+        (
+            json!({"delivery": {"proxy": {"name": "eu", "direct": true}}}),
+            &["spec.delivery.proxy", "exactly one of name"],
+        ),
+        (
+            json!({"delivery": {"proxy": {"direct": false}}}),
+            &["spec.delivery.proxy", "exactly one of name"],
+        ),
+        (
+            json!({"delivery": {"proxy": {"name": "http://10.0.0.1:3128"}}}),
+            &["spec.delivery.proxy.name"],
+        ),
     ];
     // A tab is the one control character a header value may hold.
     let tab = endpoint(json!({"headers": [{"name": "X-Tenant", "value": "a\tb"}]}));
@@ -246,6 +262,16 @@ async fn invalid_endpoints_are_refused_naming_the_field() {
     )
     .await
     .expect("JSON Pointers with escapes and array indexes are valid");
+    for proxy in [json!({"name": "eu-static-ip"}), json!({"direct": true})] {
+        let mut valid = endpoint(json!({"delivery": {"proxy": proxy}}));
+        valid["metadata"] = json!({"name": unique_name("proxy")});
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(valid).unwrap(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("proxy {proxy} is valid: {e}"));
+    }
     for (spec, expected) in cases {
         let message = refused::<WebhookEndpoint>(&ctx, endpoint(spec.clone())).await;
         for needle in expected {

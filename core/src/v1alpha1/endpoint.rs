@@ -188,6 +188,39 @@ pub struct DeliveryPolicy {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::json_pointers")]
     pub redact_response_fields: Vec<String>,
+
+    /// The egress proxy this endpoint's requests go through, instead of the platform's
+    /// default: `{name: <proxy>}` picks one of the proxies the platform allows (ask the
+    /// platform team which; an unknown name makes every attempt fail as
+    /// `AddressForbidden`), `{direct: true}` connects without a proxy where the platform
+    /// allows direct egress. Unset: the platform's default (a proxy, or direct). The URL's
+    /// address is checked against the platform's address policy either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<EgressProxy>,
+}
+
+/// Which egress proxy an endpoint's requests go through.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.name) != (has(self.direct) && self.direct)",
+        "message": "proxy must set exactly one of name (a proxy the platform allows) or direct: true"
+    }
+]))]
+pub struct EgressProxy {
+    /// The name of a proxy the platform allows, e.g. `eu-static-ip`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "minLength" = 1,
+        "maxLength" = 63,
+        "pattern" = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    ))]
+    pub name: Option<String>,
+    /// Connect directly, not through the platform's default proxy (refused at delivery
+    /// unless the platform allows direct egress).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
 }
 
 impl Default for DeliveryPolicy {
@@ -202,6 +235,7 @@ impl Default for DeliveryPolicy {
             disable_after: default_disable_after(),
             circuit_breaker: CircuitBreaker::default(),
             redact_response_fields: Vec::new(),
+            proxy: None,
         }
     }
 }

@@ -205,6 +205,7 @@ impl AttemptTask {
                 headers: &ep.config.headers,
                 timeout: delivery.timeout.get(),
                 redact_fields: &delivery.redact_response_fields,
+                proxy: delivery.proxy.as_ref(),
             },
         )
         .await;

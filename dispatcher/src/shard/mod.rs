@@ -56,7 +56,7 @@ pub struct ShardSettings {
 pub struct Shared {
     pub layout: Layout,
     pub index: Index,
-    pub http: reqwest::Client,
+    pub http: crate::http::Client,
     pub policy: Arc<AddressPolicy>,
     pub metrics: Arc<Metrics>,
     pub settings: ShardSettings,
