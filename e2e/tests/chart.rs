@@ -215,6 +215,7 @@ async fn rendered_chart_passes_server_side_validation() {
             "allowNetworks={10.0.0.0/8,fd00::/8}",
             "allowHttp=true",
         ],
+        EGRESS.to_vec(),
     ] {
         let rendered = template(&release, &ctx.namespace, &set);
         let mut cmd = env().kubectl();
@@ -421,6 +422,81 @@ async fn crds_applied_with_kubectl_are_left_alone_or_adopted() {
     ctx.cleanup().await;
 }
 
+/// Egress proxies with credentials, as a platform team would set them.
+const EGRESS: [&str; 7] = [
+    "dispatcher.egressProxy.url=http://squid.egress:3128",
+    "dispatcher.egressProxy.credentialsSecret.name=proxy-auth",
+    "dispatcher.egressProxy.noProxy={.svc.cluster.local,10.0.0.0/8}",
+    "dispatcher.egressProxy.named[0].name=eu",
+    "dispatcher.egressProxy.named[0].url=http://10.1.2.3:8080",
+    "dispatcher.egressProxy.named[0].credentialsSecret.name=eu-auth",
+    "nats.tls.caSecret=nats-ca",
+];
+
+/// The egress values become the dispatcher's flags and one read-only projected volume
+/// with a credentials file per proxy; without them, nothing of either renders; the name
+/// `default` is the dispatcher-wide proxy's and refused for a named one.
+#[test]
+fn egress_proxies_render_as_flags_and_projected_credentials() {
+    let dispatcher = |set: &[&str]| -> StatefulSet {
+        let docs = documents(&template("egress", "herald", set));
+        let sts = docs.into_iter().find(|d| d["kind"] == "StatefulSet");
+        serde_json::from_value(sts.expect("the dispatcher StatefulSet")).expect("a StatefulSet")
+    };
+    let sts = dispatcher(&EGRESS);
+    let pod = sts.spec.template.spec.unwrap();
+    let env = container_env(Some(&pod));
+    for (name, value) in [
+        ("HERALD_EGRESS_PROXY", "http://squid.egress:3128"),
+        ("HERALD_EGRESS_PROXIES", "eu=http://10.1.2.3:8080"),
+        ("HERALD_EGRESS_NO_PROXY", ".svc.cluster.local,10.0.0.0/8"),
+        (
+            "HERALD_EGRESS_PROXY_CREDENTIALS",
+            "/etc/herald/egress-proxy",
+        ),
+    ] {
+        assert_eq!(env_value(&env, name).as_deref(), Some(value), "{name}");
+    }
+    let volumes = serde_json::to_value(pod.volumes.unwrap()).unwrap();
+    let projected = volumes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "egress-proxy-credentials")
+        .expect("the credentials volume");
+    assert_eq!(
+        projected["projected"]["sources"],
+        json!([
+            {"secret": {"name": "proxy-auth", "items": [{"key": "credentials", "path": "default"}]}},
+            {"secret": {"name": "eu-auth", "items": [{"key": "credentials", "path": "eu"}]}},
+        ])
+    );
+    let mounts = serde_json::to_value(&pod.containers[0].volume_mounts).unwrap();
+    assert!(mounts.to_string().contains(r#""mountPath":"/etc/herald/egress-proxy","name":"egress-proxy-credentials","readOnly":true"#), "{mounts}");
+    assert!(mounts.to_string().contains("nats-ca"), "{mounts}");
+
+    let plain = dispatcher(&[]).spec.template.spec.unwrap();
+    let env = container_env(Some(&plain));
+    assert!(
+        env.iter().all(|e| !e.name.starts_with("HERALD_EGRESS")),
+        "{env:?}"
+    );
+    assert!(plain.volumes.is_none());
+
+    let mut cmd = helm();
+    cmd.args(["template", "egress"]).arg(chart_dir()).args([
+        "--set",
+        "dispatcher.egressProxy.named[0].name=default",
+        "--set",
+        "dispatcher.egressProxy.named[0].url=http://x:3128",
+    ]);
+    let out = output(cmd, None);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("\"default\" is the dispatcher-wide proxy")
+    );
+}
+
 #[tokio::test]
 async fn bad_values_are_refused_with_a_message() {
     let ctx = TestContext::new("chart-schema").await;
@@ -433,6 +509,18 @@ async fn bad_values_are_refused_with_a_message() {
         ("allowNetworks={10.0.0.0/33}", "10.0.0.0/33"),
         ("replicas=2", "additional properties 'replicas' not allowed"),
         ("nats.url=localhost:4222", "/nats/url"),
+        (
+            "dispatcher.egressProxy.url=http://user:pw@squid:3128",
+            "/dispatcher/egressProxy/url",
+        ),
+        (
+            "dispatcher.egressProxy.url=https://squid:3128",
+            "/dispatcher/egressProxy/url",
+        ),
+        (
+            "dispatcher.egressProxy.named[0].name=EU",
+            "/dispatcher/egressProxy/named/0",
+        ),
     ];
     for (set, expected) in cases {
         let mut cmd = helm();
