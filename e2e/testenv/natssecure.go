@@ -20,7 +20,7 @@ import (
 
 // secureIdentities are the NKey users of the accounts file run by --nats-secure:
 // the file refers to each one's public key as $HERALD_<NAME>_NKEY.
-var secureIdentities = []string{"operator", "dispatcher", "admin", "producer-tenant-a", "producer-tenant-b"}
+var secureIdentities = []string{"operator", "dispatcher", "api", "admin", "producer-tenant-a", "producer-tenant-b"}
 
 // natsSecureOptions prepares what `run --nats-secure ACCOUNTS` needs and returns the
 // server options to start from: a CA, a server certificate for 127.0.0.1, a client

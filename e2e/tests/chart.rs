@@ -203,11 +203,18 @@ fn readme_is_generated_from_values() {
 async fn rendered_chart_passes_server_side_validation() {
     let ctx = TestContext::new("chart-dryrun").await;
     let release = unique_name("dry");
-    // Everything that renders with core APIs on: CRDs, NetworkPolicy, a watch namespace
-    // (RoleBinding instead of ClusterRoleBinding), the NATS URL from a Secret.
+    // Everything that renders with core APIs on: CRDs, NetworkPolicy, the HTTP API with its
+    // tenant ClusterRoles, a watch namespace (RoleBinding instead of ClusterRoleBinding),
+    // the NATS URL from a Secret.
     let watch = format!("operator.watchNamespace={}", ctx.namespace);
     for set in [
-        vec!["crds.install=true", "networkPolicy.enabled=true"],
+        vec![
+            "crds.install=true",
+            "networkPolicy.enabled=true",
+            "api.enabled=true",
+            "nats.apiIdentity.secret=api-nats",
+            "nats.apiIdentity.nkeyFile=api.nk",
+        ],
         vec![
             "crds.install=false",
             &watch,

@@ -245,13 +245,17 @@ async fn deliver_as_own_identities(env: &'static TestEnv) {
         .refused("the operator reading an event", direct)
         .await;
 
+    // The HTTP API, as its own identity, reads the log and queues work.
+    let webhook_id = got.header("webhook-id").to_owned();
+    api_as_own_identity(env, ns, &rx, &webhook_id).await;
+
     // Let the dispatcher run its periodic work (purges, health, leases) for a while.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let exited = [dispatchers.exited(), operators.exited()].concat();
     dispatchers.stop_all().await;
     operators.stop_all().await;
     assert!(exited.is_empty(), "exited on their own: {exited:?}");
-    for name in ["herald-dispatcher", "herald-operator"] {
+    for name in ["herald-dispatcher", "herald-operator", "herald-api"] {
         let refused = violations_of(env, name);
         assert!(
             refused.is_empty(),
@@ -260,6 +264,103 @@ async fn deliver_as_own_identities(env: &'static TestEnv) {
     }
     // The server does log violations (the check above can fail): the producer's tests
     // below cause some; the name is in the lines it checks.
+}
+
+/// `herald-api` with `env`'s flags for the `api` identity (development mode, loopback:
+/// this checks NATS, not RBAC): it lists and reads the endpoint's deliveries, takes an
+/// event over HTTP, redelivers the delivered event, sends a test event and redrives;
+/// it cannot read the signing keys.
+async fn api_as_own_identity(env: &'static TestEnv, ns: &str, rx: &Receiver, webhook_id: &str) {
+    let port = free_port();
+    let flags = env.nats_flags("api");
+    let log = std::fs::File::create(env.nats_log().with_file_name("herald-api-secure.log"))
+        .expect("a log file");
+    let mut child = Command::new(herald_e2e::workspace_binary("herald-api"))
+        .args(["--nats-url", env.nats_url(), "--insecure-dev-no-auth"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(&flags)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting herald-api");
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}/v1/namespaces/{ns}");
+    let call = |method: reqwest::Method, path: String, body: Option<&'static str>| {
+        let mut request = http.request(method, format!("{base}{path}"));
+        if let Some(body) = body {
+            request = request.header("idempotency-key", "secure-1").body(body);
+        }
+        async move {
+            let response = request.send().await.ok()?;
+            let status = response.status().as_u16();
+            Some((status, response.text().await.unwrap_or_default()))
+        }
+    };
+    eventually("herald-api lists the delivery", WAIT, || async {
+        let (status, body) = call(
+            reqwest::Method::GET,
+            "/endpoints/orders/deliveries".into(),
+            None,
+        )
+        .await?;
+        (status == 200 && body.contains(webhook_id)).then_some(())
+    })
+    .await;
+    let calls = [
+        (
+            reqwest::Method::GET,
+            format!("/endpoints/orders/deliveries/{webhook_id}"),
+            None,
+            200,
+        ),
+        (
+            reqwest::Method::POST,
+            "/events".into(),
+            Some(r#"{"type":"order.created","data":1}"#),
+            202,
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/endpoints/orders/redeliver/{webhook_id}"),
+            None,
+            202,
+        ),
+        (
+            reqwest::Method::POST,
+            "/endpoints/orders/test".into(),
+            None,
+            202,
+        ),
+        (
+            reqwest::Method::POST,
+            "/endpoints/orders/redrive-dead".into(),
+            None,
+            202,
+        ),
+    ];
+    for (method, path, body, expected) in calls {
+        let answer = call(method.clone(), path.clone(), body).await;
+        assert_eq!(
+            answer.as_ref().map(|a| a.0),
+            Some(expected),
+            "{method} {path}: {answer:?}"
+        );
+    }
+    eventually("the redelivery received", WAIT, || async {
+        let n = rx
+            .received("orders")
+            .iter()
+            .filter(|r| r.header("webhook-id") == webhook_id)
+            .count();
+        (n >= 2).then_some(())
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let api = Watched::connect(env, "api").await;
+    let keys = format!("$JS.API.DIRECT.GET.KV_herald-config.$KV.herald-config.key.{ns}.keys");
+    let _ = api.client.request(keys.clone(), "".into()).await;
+    api.refused("the API reading signing keys", &keys).await;
 }
 
 #[tokio::test]

@@ -29,6 +29,10 @@ so two releases with different names never clash.
 {{- printf "%s-dispatcher" (include "herald.fullname" .) }}
 {{- end }}
 
+{{- define "herald.api.fullname" -}}
+{{- printf "%s-api" (include "herald.fullname" .) }}
+{{- end }}
+
 {{/* The leader-election Lease, per release so two releases in one namespace do not share it. */}}
 {{- define "herald.leaseName" -}}
 {{- printf "%s-leader" (include "herald.operator.fullname" .) }}
@@ -56,6 +60,11 @@ app.kubernetes.io/component: operator
 {{- define "herald.dispatcher.selectorLabels" -}}
 {{ include "herald.selectorLabels" . }}
 app.kubernetes.io/component: dispatcher
+{{- end }}
+
+{{- define "herald.api.selectorLabels" -}}
+{{ include "herald.selectorLabels" . }}
+app.kubernetes.io/component: api
 {{- end }}
 
 {{- define "herald.image" -}}
