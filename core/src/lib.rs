@@ -16,6 +16,7 @@
 
 pub mod dataplane;
 pub mod duration;
+pub mod egress;
 pub mod envelope;
 pub mod flags;
 pub mod names;

@@ -47,6 +47,9 @@ pub mod reason {
     pub const ACCEPTED: &str = "Accepted";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const URL_FORBIDDEN: &str = "UrlForbidden";
+    /// `spec.delivery.proxy` names a proxy the platform did not configure, or asks for
+    /// direct egress where the platform does not allow it.
+    pub const PROXY_NOT_ALLOWED: &str = "ProxyNotAllowed";
     pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
     pub const SECRET_NOT_READY: &str = "SecretNotReady";
     /// The operator has no RBAC rights on Secrets in the SigningSecret's namespace.

@@ -482,6 +482,31 @@ fn egress_proxies_render_as_flags_and_projected_credentials() {
     assert!(mounts.to_string().contains(r#""mountPath":"/etc/herald/egress-proxy","name":"egress-proxy-credentials","readOnly":true"#), "{mounts}");
     assert!(mounts.to_string().contains("nats-ca"), "{mounts}");
 
+    // The operator gets the same proxies (to refuse an endpoint's unknown choice), no
+    // credentials.
+    let docs = documents(&template("egress", "herald", &EGRESS));
+    let operator: Deployment = serde_json::from_value(
+        docs.into_iter()
+            .find(|d| d["kind"] == "Deployment")
+            .expect("the operator Deployment"),
+    )
+    .unwrap();
+    let operator = operator.spec.template.spec.unwrap();
+    let env = container_env(Some(&operator));
+    assert_eq!(
+        env_value(&env, "HERALD_EGRESS_PROXIES").as_deref(),
+        Some("eu=http://10.1.2.3:8080")
+    );
+    assert!(env_value(&env, "HERALD_EGRESS_PROXY").is_some());
+    assert!(env_value(&env, "HERALD_EGRESS_PROXY_CREDENTIALS").is_none());
+    assert!(
+        operator
+            .volumes
+            .unwrap_or_default()
+            .iter()
+            .all(|v| v.name != "egress-proxy-credentials")
+    );
+
     let plain = dispatcher(&[]).spec.template.spec.unwrap();
     let env = container_env(Some(&plain));
     assert!(

@@ -188,3 +188,91 @@ async fn deliveries_go_through_the_allowed_proxies_and_the_address_policy_still_
     stop(dispatcher).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The operator takes the dispatchers' egress flags: an endpoint naming a proxy the
+/// platform did not configure, or asking for direct egress where it is not allowed, is
+/// `Ready=False` with reason `ProxyNotAllowed` (and `Stalled`), against the real API
+/// server; one naming an allowed proxy is Ready.
+#[tokio::test]
+async fn the_operator_refuses_a_proxy_the_platform_did_not_configure() {
+    use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
+    use herald_e2e::TestContext;
+    use herald_e2e::faults::Operators;
+    use kube::api::PostParams;
+
+    let _faults = fault_lock().await;
+    let env = private_env();
+    let ctx = TestContext::new_in(env, "egress-op").await;
+    let mut operators = Operators::new(
+        env!("CARGO_BIN_EXE_herald-test-operator"),
+        env,
+        &ctx.namespace,
+        "egress",
+    )
+    .with_args(&[
+        "--egress-proxy",
+        "http://127.0.0.1:9",
+        "--egress-proxy-named",
+        "eu=http://127.0.0.1:9",
+    ]);
+    operators.start("op0");
+    let secret: SigningSecret =
+        serde_json::from_value(json!({"metadata": {"name": "signing"}, "spec": {}})).unwrap();
+    ctx.api::<SigningSecret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the SigningSecret");
+    let endpoints = ctx.api::<WebhookEndpoint>();
+    for (name, proxy) in [
+        ("eu", json!({"name": "eu"})),
+        ("unknown", json!({"name": "elsewhere"})),
+        ("direct", json!({"direct": true})),
+    ] {
+        let endpoint: WebhookEndpoint = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "url": "http://127.0.0.1:9/hook",
+                "eventTypes": ["*"],
+                "secretRef": {"name": "signing"},
+                "delivery": {"proxy": proxy},
+            }
+        }))
+        .unwrap();
+        endpoints
+            .create(&PostParams::default(), &endpoint)
+            .await
+            .expect("an endpoint the schema accepts");
+    }
+    let ready = |name: &'static str| {
+        let endpoints = endpoints.clone();
+        async move {
+            let status = endpoints.get(name).await.ok()?.status?;
+            status.conditions.into_iter().find(|c| c.type_ == "Ready")
+        }
+    };
+    let eu = eventually("eu Ready", WAIT, || async {
+        ready("eu").await.filter(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(eu.reason, "Accepted");
+    for (name, says) in [
+        (
+            "unknown",
+            "\"elsewhere\" is not a proxy this platform allows (allowed: default, eu)",
+        ),
+        ("direct", "spec.delivery.proxy.direct is not allowed"),
+    ] {
+        let condition = eventually(&format!("{name} refused"), WAIT, || async {
+            ready(name).await.filter(|c| c.reason == "ProxyNotAllowed")
+        })
+        .await;
+        assert_eq!(condition.status, "False");
+        assert!(
+            condition.message.contains(says),
+            "{name}: {}",
+            condition.message
+        );
+    }
+    operators.stop_all().await;
+    ctx.cleanup().await;
+}

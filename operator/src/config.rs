@@ -25,6 +25,11 @@ pub struct Config {
     #[command(flatten)]
     pub destinations: AddressPolicyArgs,
 
+    /// The dispatchers' egress proxies (the same flags as theirs), so an endpoint whose
+    /// `spec.delivery.proxy` they would refuse is reported `Ready=False` instead.
+    #[command(flatten)]
+    pub egress: herald_core::egress::EgressArgs,
+
     /// Shortest time between two health-driven status writes of one endpoint.
     #[arg(long, env = "HERALD_STATUS_INTERVAL", default_value = "10s", value_parser = herald_core::duration::parse_std)]
     pub status_interval: Duration,

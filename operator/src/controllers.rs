@@ -31,6 +31,8 @@ pub struct Setup {
     pub client: Client,
     pub buckets: nats::Buckets,
     pub policy: AddressPolicy,
+    /// The egress proxies endpoints may pick.
+    pub egress: Arc<herald_core::egress::Egress>,
     pub shards: u32,
     pub status_interval: Duration,
     /// The namespaces served; empty: all of them.
@@ -130,6 +132,7 @@ impl Term {
         let writer = health::writer::Parts {
             plumbing: setup.plumbing(health::writer::KIND),
             health: published,
+            egress: setup.egress.clone(),
             states: states.clone(),
         };
         tasks.spawn(endpoint::run(

@@ -64,6 +64,8 @@ pub enum Error {
     #[error("serving metrics: {0}")]
     Serve(#[source] std::io::Error),
 }
+    #[error(transparent)]
+    Egress(#[from] herald_core::egress::EgressError),
 
 type Stop = Shared<BoxFuture<'static, ()>>;
 
@@ -82,6 +84,7 @@ pub async fn run(
         shards,
         destinations,
         status_interval,
+        egress,
         listen,
         lease_name,
         lease_namespace,
@@ -94,6 +97,8 @@ pub async fn run(
         json_logs: _,
     } = config;
     let shutdown: Stop = shutdown.boxed().shared();
+    // Refused before anything starts, like the dispatcher's.
+    let egress = Arc::new(egress.egress()?);
     let identity =
         identity.unwrap_or_else(|| format!("herald-operator-{:016x}", fastrand::u64(..)));
     let client = kube_client(kubeconfig).await?;
@@ -118,6 +123,7 @@ pub async fn run(
         buckets,
         policy: destinations.policy(),
         shards,
+        egress,
         status_interval,
         namespaces: namespaces.into_iter().filter(|ns| !ns.is_empty()).collect(),
         watch_secrets_cluster_wide,

@@ -24,8 +24,11 @@ projected into one read-only directory, a file per proxy named after it holding
 {{- toJson $out }}
 {{- end }}
 
+{{/* The egress flags: (dict "root" $ "credentials" true) for the dispatcher; the
+operator gets the same proxies (it refuses an endpoint picking one the dispatchers would
+refuse) without credentials. */}}
 {{- define "herald.egressEnv" -}}
-{{- $p := .Values.dispatcher.egressProxy }}
+{{- $p := .root.Values.dispatcher.egressProxy }}
 {{- with $p.url }}
 - name: HERALD_EGRESS_PROXY
   value: {{ . | quote }}
@@ -42,7 +45,7 @@ projected into one read-only directory, a file per proxy named after it holding
 - name: HERALD_EGRESS_ALLOW_DIRECT
   value: "true"
 {{- end }}
-{{- if fromJsonArray (include "herald.egressCredentials" .) }}
+{{- if and .credentials (fromJsonArray (include "herald.egressCredentials" .root)) }}
 - name: HERALD_EGRESS_PROXY_CREDENTIALS
   value: /etc/herald/egress-proxy
 {{- end }}

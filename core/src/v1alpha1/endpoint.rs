@@ -191,8 +191,8 @@ pub struct DeliveryPolicy {
 
     /// The egress proxy this endpoint's requests go through, instead of the platform's
     /// default: `{name: <proxy>}` picks one of the proxies the platform allows (ask the
-    /// platform team which; an unknown name makes every attempt fail as
-    /// `AddressForbidden`), `{direct: true}` connects without a proxy where the platform
+    /// platform team which; an unknown name makes the endpoint `Ready=False` with reason
+    /// `ProxyNotAllowed`), `{direct: true}` connects without a proxy where the platform
     /// allows direct egress. Unset: the platform's default (a proxy, or direct). The URL's
     /// address is checked against the platform's address policy either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,11 +4,13 @@
 //! `crate::attempt::AttemptResult` (what follows from it is decided there, purely).
 //!
 //! - [`resolve`]: the address policy applied to every new connection's addresses;
-//! - [`egress`]: the proxies the platform configured and which one a delivery takes;
+//! - `herald_core::egress`: the proxies the platform configured and which one a
+//!   delivery takes (shared with the operator, which validates the endpoint's choice);
 //! - [`tunnel`]: CONNECT tunnels to vetted addresses through a proxy;
-//! - [`redact`]: what the attempt log keeps of a response.
+//! - [`redact`]: what the attempt log keeps of a response;
+//! - [`classify`]: what a failed request was, and its text in the attempt log.
 
-mod egress;
+mod classify;
 mod redact;
 mod resolve;
 mod tunnel;
@@ -29,11 +31,12 @@ use crate::attempt::AttemptResult;
 use crate::retry::parse_retry_after;
 use herald_core::dataplane::AttemptOutcome as Outcome;
 
-pub use egress::{DEFAULT_PROXY, Egress, EgressArgs, EgressError, ProxyDef, Route};
+use classify::{direct_error, proxied_error};
+pub use herald_core::egress::{DEFAULT_PROXY, Egress, EgressArgs, EgressError, ProxyDef, Route};
 pub use redact::SNIPPET_BYTES;
 use redact::{Chunks, read_snippet};
-use resolve::{Lookup, PolicyResolver, VetError, system_lookup};
-use tunnel::{ProxyError, TunnelConnector};
+use resolve::{Lookup, PolicyResolver, system_lookup};
+use tunnel::TunnelConnector;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -64,15 +67,11 @@ impl Client {
     /// resolver, the proxies of `egress`. Needs a process-wide rustls crypto provider
     /// (`main` installs one; see [`crate::install_crypto_provider`]).
     pub fn new(policy: Arc<AddressPolicy>, egress: Egress) -> Result<Self, ClientError> {
-        let tls = if egress.proxies.is_empty() {
-            None
-        } else {
-            use rustls_platform_verifier::ConfigVerifierExt;
-            Some(rustls::ClientConfig::with_platform_verifier().map_err(ClientError::Tls)?)
-        };
-        Self::build(policy, egress, system_lookup(), tls)
+        Self::build(policy, egress, system_lookup(), None)
     }
 
+    /// With `tls` unset, TLS inside tunnels checks certificates like the direct client
+    /// (the platform's roots); tests give their own roots.
     fn build(
         policy: Arc<AddressPolicy>,
         egress: Egress,
@@ -93,11 +92,24 @@ impl Client {
             })
             .build()
             .map_err(ClientError::Http)?;
+        let tls = match tls {
+            Some(tls) => tls,
+            None if egress.proxies.is_empty() => {
+                return Ok(Self {
+                    direct,
+                    egress: Arc::new(egress),
+                    proxied: Arc::default(),
+                });
+            }
+            None => {
+                use rustls_platform_verifier::ConfigVerifierExt;
+                rustls::ClientConfig::with_platform_verifier().map_err(ClientError::Tls)?
+            }
+        };
         let proxied = egress
             .proxies
             .values()
-            .zip(std::iter::repeat(tls))
-            .filter_map(|(proxy, tls)| {
+            .map(|proxy| {
                 let connector = TunnelConnector {
                     proxy: Arc::new(proxy.clone()),
                     policy: policy.clone(),
@@ -105,7 +117,7 @@ impl Client {
                     connect_timeout: CONNECT_TIMEOUT,
                 };
                 let https = hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_tls_config(tls?)
+                    .with_tls_config(tls.clone())
                     .https_or_http()
                     .enable_http1()
                     .wrap_connector(connector);
@@ -114,7 +126,7 @@ impl Client {
                     .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                     .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
                     .build(https);
-                Some((proxy.name.clone(), client))
+                (proxy.name.clone(), client)
             })
             .collect();
         Ok(Self {
@@ -178,14 +190,21 @@ pub async fn send(client: &Client, policy: &AddressPolicy, attempt: Attempt<'_>)
         attempt: &attempt,
     };
     let snippet = match route {
-        Route::Refused(why) => return fail(Outcome::AddressForbidden, why.to_owned()),
+        Route::Refused(why) => return fail(Outcome::AddressForbidden, why),
         Route::Direct => match direct(&client.direct, signed).await {
             Ok(answer) => answered(answer, started, &attempt, &secrets).await,
             Err(e) => Err(direct_error(&e)),
         },
-        Route::Proxy(proxy) => match proxied(&client.proxied[&proxy.name], signed, started).await {
-            Ok(answer) => answered(answer, started, &attempt, &secrets).await,
-            Err(failure) => Err(failure),
+        Route::Proxy(proxy) => match client.proxied.get(&proxy.name) {
+            Some(via) => match proxied(via, signed, started).await {
+                Ok(answer) => answered(answer, started, &attempt, &secrets).await,
+                Err(failure) => Err(failure),
+            },
+            // Every configured proxy has a client (`build`); kept as a failure, not a panic.
+            None => Err((
+                Outcome::RequestError,
+                format!("no client for egress proxy {proxy}"),
+            )),
         },
     };
     match snippet {
@@ -317,67 +336,6 @@ impl Chunks for ProxiedBody {
             }
         }
     }
-}
-
-fn direct_error(e: &reqwest::Error) -> (Outcome, String) {
-    let outcome = if has::<Forbidden>(e) {
-        Outcome::AddressForbidden
-    } else if e.is_timeout() {
-        Outcome::Timeout
-    } else if e.is_connect() {
-        Outcome::ConnectError
-    } else {
-        Outcome::RequestError
-    };
-    (outcome, error_chain(outcome, std::error::Error::source(e)))
-}
-
-/// A proxied request's failure: refused by the policy, the proxy's fault (named, a
-/// connect error), or the target's.
-fn proxied_error(e: &hyper_util::client::legacy::Error) -> (Outcome, String) {
-    let outcome = if has::<Forbidden>(e) {
-        Outcome::AddressForbidden
-    } else if e.is_connect() || has::<ProxyError>(e) {
-        Outcome::ConnectError
-    } else {
-        Outcome::RequestError
-    };
-    // From the connector's own error on: hyper's wrapping ("client error (Connect)")
-    // says nothing an operator needs.
-    let mut source = std::error::Error::source(e);
-    let mut cause = source;
-    while let Some(err) = cause {
-        if err.is::<ProxyError>() || err.is::<Forbidden>() || err.is::<VetError>() {
-            source = Some(err);
-            break;
-        }
-        cause = err.source();
-    }
-    (outcome, error_chain(outcome, source))
-}
-
-/// Whether `T` is anywhere in `e`'s chain of causes.
-fn has<T: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(e);
-    while let Some(err) = source {
-        if err.downcast_ref::<T>().is_some() {
-            return true;
-        }
-        source = err.source();
-    }
-    false
-}
-
-/// The outcome and the error's causes from `source` on, on one line (no URL: it may
-/// carry a tenant's query secrets).
-fn error_chain(outcome: Outcome, mut source: Option<&(dyn std::error::Error + 'static)>) -> String {
-    let mut text = outcome.as_str().to_owned();
-    while let Some(err) = source {
-        text.push_str(": ");
-        text.push_str(&err.to_string());
-        source = err.source();
-    }
-    redact::redact(&text, &[])
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::egress::ProxyDef;
 use super::resolve::{Lookup, VetError, vetted};
+use herald_core::egress::ProxyDef;
 
 /// The longest answer head to a CONNECT Herald reads.
 const MAX_PROXY_HEAD: usize = 8 * 1024;
@@ -121,7 +121,7 @@ impl TunnelConnector {
                 TcpStream::connect((self.proxy.host.as_str(), self.proxy.port)).await?;
             stream.set_nodelay(true)?;
             let mut request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
-            if let Some(authorization) = &self.proxy.authorization {
+            if let Some(authorization) = self.proxy.authorization() {
                 request.push_str("Proxy-Authorization: ");
                 request.push_str(authorization);
                 request.push_str("\r\n");

@@ -48,7 +48,8 @@ struct Decision {
 
 /// Dereference: the only reads of this pipeline.
 async fn dereference(obj: &WebhookEndpoint, ns: &str, ctx: &Context) -> Result<Observed, Error> {
-    let url = validate::check_spec(&obj.spec, &ctx.policy);
+    let url = validate::check_spec(&obj.spec, &ctx.policy)
+        .and_then(|url| validate::check_proxy(&obj.spec, &ctx.egress).map(|()| url));
     let lookup = match &url {
         Ok(url) => validate::lookup(url).await,
         Err(_) => None,

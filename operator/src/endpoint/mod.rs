@@ -73,6 +73,7 @@ pub struct Context {
     pub plumbing: Plumbing<WebhookEndpoint>,
     pub config_kv: async_nats::jetstream::kv::Store,
     pub policy: AddressPolicy,
+    pub egress: Arc<herald_core::egress::Egress>,
     pub shards: u32,
     /// The `state` label of every endpoint, for the gauge (set by the health writer,
     /// forgotten here on deletion).

@@ -1,7 +1,8 @@
 //! Validation of a `WebhookEndpoint` beyond what the CRD schema can check.
 //!
 //! Contract: [`lookup`] is the only IO (DNS); everything else is pure:
-//! [`check_spec`] (patterns, URL form, IP-literal hosts), [`check_addresses`] (every
+//! [`check_spec`] (patterns, URL form, IP-literal hosts), [`check_proxy`] (the egress
+//! proxy is one the platform allows), [`check_addresses`] (every
 //! address the host resolved to), [`check_secret`] (the dereferenced `SigningSecret`),
 //! and [`endpoint`], which combines them in the order a tenant should fix things. Each
 //! failure is an [`Invalid`] with a reason from `herald_core::names::reason` and a
@@ -10,6 +11,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use herald_core::egress::Egress;
 use herald_core::names::{condition, reason};
 use herald_core::pattern::Pattern;
 use herald_core::ssrf::AddressPolicy;
@@ -54,6 +56,13 @@ pub fn check_spec(spec: &WebhookEndpointSpec, policy: &AddressPolicy) -> Result<
     policy
         .check_url(&spec.url)
         .map_err(|e| Invalid::new(reason::URL_FORBIDDEN, format!("spec.url: {e}")))
+}
+
+/// The endpoint's egress proxy choice is one the dispatchers allow (the same flags).
+pub fn check_proxy(spec: &WebhookEndpointSpec, egress: &Egress) -> Result<(), Invalid> {
+    egress
+        .check(spec.delivery.proxy.as_ref())
+        .map_err(|message| Invalid::new(reason::PROXY_NOT_ALLOWED, message))
 }
 
 /// What the host of an endpoint URL resolved to.
@@ -187,6 +196,72 @@ mod tests {
         assert!(check_spec(&spec("https://hooks.example.com/", &["order.*"]), &policy).is_ok());
         let http = check_spec(&spec("http://hooks.example.com/", &["a"]), &policy).unwrap_err();
         assert!(http.message.contains("https"), "{}", http.message);
+    }
+
+    /// The egress proxy an endpoint picks must be one the platform configured (the flags
+    /// the dispatchers take too); direct only where it is allowed.
+    #[test]
+    fn only_a_proxy_the_platform_allows_is_accepted() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Flags {
+            #[command(flatten)]
+            egress: herald_core::egress::EgressArgs,
+        }
+        let egress = |args: &[&str]| {
+            Flags::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .unwrap()
+                .egress
+                .egress()
+                .unwrap()
+        };
+        let with = |proxy: serde_json::Value| {
+            let mut spec = spec("https://hooks.example.com/", &["a"]);
+            spec.delivery.proxy = serde_json::from_value(proxy).unwrap();
+            spec
+        };
+        let none = egress(&[]);
+        let platform = egress(&[
+            "--egress-proxy",
+            "http://squid:3128",
+            "--egress-proxy-named",
+            "eu=http://eu:3128",
+        ]);
+        assert_eq!(check_proxy(&with(serde_json::Value::Null), &none), Ok(()));
+        assert_eq!(
+            check_proxy(&with(serde_json::json!({"direct": true})), &none),
+            Ok(())
+        );
+        assert_eq!(
+            check_proxy(&with(serde_json::json!({"name": "eu"})), &platform),
+            Ok(())
+        );
+        for (proxy, egress, says) in [
+            (
+                serde_json::json!({"name": "eu"}),
+                &none,
+                "it has no egress proxies",
+            ),
+            (
+                serde_json::json!({"name": "us"}),
+                &platform,
+                "(allowed: default, eu)",
+            ),
+            (
+                serde_json::json!({"direct": true}),
+                &platform,
+                "direct is not allowed",
+            ),
+        ] {
+            let err = check_proxy(&with(proxy.clone()), egress).unwrap_err();
+            assert_eq!(err.reason, reason::PROXY_NOT_ALLOWED, "{proxy}");
+            assert!(
+                err.message.contains("spec.delivery.proxy"),
+                "{}",
+                err.message
+            );
+            assert!(err.message.contains(says), "{proxy}: {}", err.message);
+        }
     }
 
     #[test]

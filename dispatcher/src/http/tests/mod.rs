@@ -14,7 +14,6 @@ use super::resolve::{Lookup, allowed_addresses};
 use super::*;
 
 mod direct;
-mod egress;
 mod loopback;
 mod proxied;
 

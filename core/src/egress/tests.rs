@@ -1,8 +1,6 @@
 //! The egress flags and the routing decision (pure).
 
 use super::*;
-use crate::http::egress::EgressError;
-use herald_core::v1alpha1::EgressProxy;
 
 fn parse(args: &[&str]) -> Result<Egress, EgressError> {
     #[derive(clap::Parser)]
@@ -38,7 +36,7 @@ fn without_flags_everything_is_direct_and_names_are_refused() {
     );
     assert!(matches!(
         egress.route(Some(&name("default")), "hooks.example.com"),
-        Route::Refused(why) if why.contains("not a proxy this platform allows")
+        Route::Refused(why) if why.contains("\"default\" is not a proxy this platform allows: it has no egress proxies")
     ));
 }
 
@@ -93,6 +91,14 @@ fn the_default_proxy_is_used_unless_no_proxy_or_the_endpoint_says_otherwise() {
         egress.route(Some(&name("default")), "10.9.8.7"),
         Route::Proxy(_)
     ));
+    // What the operator reports for a name the platform did not configure.
+    let unknown = egress.check(Some(&name("elsewhere"))).unwrap_err();
+    assert!(
+        unknown.contains(r#"spec.delivery.proxy.name "elsewhere" is not a proxy this platform allows (allowed: default, eu, us)"#),
+        "{unknown}"
+    );
+    assert_eq!(egress.check(Some(&name("eu"))), Ok(()));
+    assert_eq!(egress.check(None), Ok(()));
     // Direct only where the platform allows it.
     assert!(matches!(
         egress.route(Some(&DIRECT), "a.test"),
@@ -147,11 +153,8 @@ fn credentials_come_from_a_file_per_proxy_and_are_never_printed() {
     ])
     .unwrap();
     let default = &egress.proxies["default"];
-    assert_eq!(
-        default.authorization.as_deref(),
-        Some("Basic aGVyYWxkOnBhOnNz")
-    );
-    assert_eq!(egress.proxies["eu"].authorization, None);
+    assert_eq!(default.authorization(), Some("Basic aGVyYWxkOnBhOnNz"));
+    assert_eq!(egress.proxies["eu"].authorization(), None);
     let printed = format!("{egress:?} {default}");
     assert!(
         !printed.contains("aGVyYWxk") && !printed.contains("pa:ss"),

@@ -1,5 +1,8 @@
 //! Which way a delivery leaves the cluster: directly, or through one of the HTTP proxies
-//! the platform configured (`--egress-proxy`, `--egress-proxy-named`). Proxies are
+//! the platform configured (`--egress-proxy`, `--egress-proxy-named`). Both binaries take
+//! the same flags: the dispatcher connects through the proxies, the operator refuses an
+//! endpoint whose `spec.delivery.proxy` the dispatcher would refuse (a condition, not an
+//! attempt log full of refusals). Proxies are
 //! operator-trusted configuration, so their own addresses are not checked against the
 //! address policy; an endpoint may only pick one by name ([`EgressProxy`]), never give an
 //! address, so a tenant cannot route through a host of its choosing. Pure: the flags,
@@ -8,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::v1alpha1::EgressProxy;
 use base64::Engine;
-use herald_core::v1alpha1::EgressProxy;
 use ipnet::IpNet;
 
 /// The name of the dispatcher-wide proxy (`--egress-proxy`) among the named ones.
@@ -59,7 +62,14 @@ pub struct ProxyDef {
     pub host: String,
     pub port: u16,
     /// The `Proxy-Authorization` value; never printed.
-    pub(crate) authorization: Option<String>,
+    authorization: Option<String>,
+}
+
+impl ProxyDef {
+    /// The `Proxy-Authorization` value to send on CONNECT, if the proxy has credentials.
+    pub fn authorization(&self) -> Option<&str> {
+        self.authorization.as_deref()
+    }
 }
 
 impl std::fmt::Debug for ProxyDef {
@@ -120,12 +130,12 @@ enum NoProxy {
 }
 
 /// Which way one delivery goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route<'a> {
     Direct,
     Proxy(&'a ProxyDef),
     /// The endpoint picked a way the platform does not allow; the text says why.
-    Refused(&'static str),
+    Refused(String),
 }
 
 impl EgressArgs {
@@ -282,34 +292,55 @@ impl Egress {
     /// (only one the platform allows), direct (only where the platform allows it or has no
     /// default proxy), or else the default proxy unless `--egress-no-proxy` matches.
     pub fn route(&self, choice: Option<&EgressProxy>, host: &str) -> Route<'_> {
+        if let Err(why) = self.check(choice) {
+            return Route::Refused(why);
+        }
         match choice {
             Some(EgressProxy {
                 name: Some(name), ..
-            }) => match self.proxies.get(name) {
-                Some(proxy) => Route::Proxy(proxy),
-                None => Route::Refused(
-                    "spec.delivery.proxy.name is not a proxy this platform allows (ask the platform team for the names)",
-                ),
-            },
-            Some(EgressProxy { direct: true, .. }) => {
-                if self.has_default && !self.allow_direct {
-                    Route::Refused(
-                        "spec.delivery.proxy.direct is not allowed: this platform sends deliveries through its egress proxy",
-                    )
-                } else {
-                    Route::Direct
-                }
-            }
+            }) => self.proxies.get(name).map_or(Route::Direct, Route::Proxy),
+            Some(EgressProxy { direct: true, .. }) => Route::Direct,
             _ => match self.proxies.get(DEFAULT_PROXY) {
-                Some(proxy) if self.has_default => {
-                    if self.no_proxy.iter().any(|entry| entry.matches(host)) {
-                        Route::Direct
-                    } else {
-                        Route::Proxy(proxy)
-                    }
+                Some(proxy)
+                    if self.has_default && !self.no_proxy.iter().any(|e| e.matches(host)) =>
+                {
+                    Route::Proxy(proxy)
                 }
                 _ => Route::Direct,
             },
         }
     }
+
+    /// Whether an endpoint's choice is one the platform allows: a configured proxy's
+    /// name, or direct where there is no default proxy or direct egress is allowed. The
+    /// error is the message for the tenant, naming the field and what is allowed.
+    pub fn check(&self, choice: Option<&EgressProxy>) -> Result<(), String> {
+        match choice {
+            Some(EgressProxy {
+                name: Some(name), ..
+            }) if !self.proxies.contains_key(name) => {
+                let allowed: Vec<&str> = self.proxies.keys().map(String::as_str).collect();
+                Err(if allowed.is_empty() {
+                    format!(
+                        "spec.delivery.proxy.name {name:?} is not a proxy this platform allows: it has no egress proxies"
+                    )
+                } else {
+                    format!(
+                        "spec.delivery.proxy.name {name:?} is not a proxy this platform allows (allowed: {})",
+                        allowed.join(", ")
+                    )
+                })
+            }
+            Some(EgressProxy {
+                name: None,
+                direct: true,
+            }) if self.has_default && !self.allow_direct => Err(
+                "spec.delivery.proxy.direct is not allowed: this platform sends deliveries through its egress proxy".to_owned(),
+            ),
+            _ => Ok(()),
+        }
+    }
 }
+
+#[cfg(test)]
+mod tests;
