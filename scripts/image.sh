@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Builds Herald's two OCI images (herald-operator, herald-dispatcher) without a container
+# Builds Herald's three OCI images (herald-operator, herald-dispatcher, herald-api) without a container
 # engine, reproducibly, and pushes them when a registry is given.
 #
 #   scripts/image.sh [--bin-dir DIR] [--out DIR] [--tag TAG] [--registry HOST[/PATH]]
 #
-#   --bin-dir   take herald-operator and herald-dispatcher from DIR instead of building
+#   --bin-dir   take herald-operator, herald-dispatcher and herald-api from DIR instead of building
 #               them (`cargo build --release`); the e2e test passes the debug binaries
 #   --out       where the images go, one OCI image layout per image
 #               (default: $CARGO_TARGET_DIR/images; OUT=... works too)
 #   --tag       the tag (default: the workspace version; TAG=...)
-#   --registry  push both to HOST[/PATH]/herald-{operator,dispatcher}:TAG with crane
+#   --registry  push all to HOST[/PATH]/herald-{operator,dispatcher,api}:TAG with crane
 #               (REGISTRY=...; loopback registries are spoken to over plain HTTP)
 #
 # Each image is what the Dockerfile's stage of the same name builds, without the
@@ -64,10 +64,10 @@ tools=(ocibuild)
 "$repo/scripts/build-e2e.sh" "${tools[@]}"
 
 if [ -z "$bin_dir" ]; then
-	(cd "$repo" && cargo build --release --locked -p herald-operator -p herald-dispatcher)
+	(cd "$repo" && cargo build --release --locked -p herald-operator -p herald-dispatcher -p herald-api)
 	bin_dir="$CARGO_TARGET_DIR/release"
 fi
-binaries=("$bin_dir/herald-operator" "$bin_dir/herald-dispatcher")
+binaries=("$bin_dir/herald-operator" "$bin_dir/herald-dispatcher" "$bin_dir/herald-api")
 for b in "${binaries[@]}"; do
 	[ -x "$b" ] || { echo "image: $b is not built" >&2; exit 1; }
 done
@@ -79,7 +79,7 @@ trap 'rm -rf "$stage"' EXIT
 # the umask of the build.
 umask 022
 
-# The base layer, shared by both images.
+# The base layer, shared by every image.
 base="$stage/base"
 install -d -m 0755 "$base/etc" "$base/etc/ssl/certs"
 printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' \
@@ -98,7 +98,7 @@ done
 
 # Name, Dockerfile stage and CMD of each image. Keep in step with the Dockerfile
 # (e2e/tests/image.rs compares them).
-for image in operator dispatcher; do
+for image in operator dispatcher api; do
 	binary="herald-$image"
 	app="$stage/$image"
 	install -D -m 0755 "$bin_dir/$binary" "$app/usr/local/bin/$binary"

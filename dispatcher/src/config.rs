@@ -27,9 +27,8 @@ pub struct Config {
     /// Largest event accepted, in bytes.
     #[arg(long, env = "HERALD_MAX_EVENT_BYTES", default_value_t = herald_core::envelope::DEFAULT_MAX_EVENT_BYTES)]
     pub max_event_bytes: usize,
-    /// Most attempts in flight per shard.
-    #[arg(long, env = "HERALD_MAX_IN_FLIGHT_PER_SHARD", default_value_t = 1024)]
-    pub max_in_flight_per_shard: usize,
+    #[command(flatten)]
+    pub limits: Limits,
     /// Shortest time between two health reports of one endpoint.
     #[arg(long, env = "HERALD_HEALTH_INTERVAL", default_value = "10s", value_parser = parse_std)]
     pub health_interval: Duration,
@@ -46,6 +45,43 @@ pub struct Config {
     /// Log as JSON lines.
     #[arg(long, env = "HERALD_JSON_LOGS")]
     pub json_logs: bool,
+}
+
+/// How attempts share a dispatcher (docs/architecture.md, "Fairness"): each bound
+/// applies whatever the endpoints' own `maxInFlight`.
+#[derive(clap::Args, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most attempts in flight per shard.
+    #[arg(
+        id = "max_in_flight_per_shard",
+        long = "max-in-flight-per-shard",
+        env = "HERALD_MAX_IN_FLIGHT_PER_SHARD",
+        default_value_t = 1024
+    )]
+    pub per_shard: usize,
+    /// Most attempts in flight in this dispatcher, across all its shards.
+    #[arg(
+        long = "max-in-flight",
+        env = "HERALD_MAX_IN_FLIGHT",
+        default_value_t = 4096
+    )]
+    pub per_dispatcher: usize,
+    /// Most attempts of one tenant (namespace) in flight per shard, unless the tenant's
+    /// namespace says otherwise.
+    #[arg(
+        long = "tenant-max-in-flight",
+        env = "HERALD_TENANT_MAX_IN_FLIGHT",
+        default_value_t = 256
+    )]
+    pub per_tenant: usize,
+    /// Most attempts one endpoint may hold, whatever its `maxInFlight`: slow endpoints
+    /// cannot take a shard's slots from the others.
+    #[arg(
+        long = "endpoint-max-in-flight",
+        env = "HERALD_ENDPOINT_MAX_IN_FLIGHT",
+        default_value_t = 128
+    )]
+    pub per_endpoint: usize,
 }
 
 impl Config {

@@ -161,22 +161,31 @@ static SHARED_DISPATCHER: OnceLock<Index> = OnceLock::new();
 /// it outlives each test's runtime. It runs until the process ends. Returns its
 /// configuration index.
 pub fn shared_dispatcher(env: &'static TestEnv) -> &'static Index {
-    SHARED_DISPATCHER.get_or_init(|| {
-        let url = env.nats_url().to_owned();
-        let index = Index::default();
-        let theirs = index.clone();
-        std::thread::spawn(move || {
-            herald_dispatcher::install_crypto_provider();
-            let runtime = tokio::runtime::Runtime::new().expect("dispatcher runtime");
-            let config =
-                herald_dispatcher::Config::for_tests(&url, &format!("e2e-{}", std::process::id()));
-            let run = herald_dispatcher::run_with_index(config, theirs, std::future::pending());
-            if let Err(error) = runtime.block_on(run) {
-                panic!("dispatcher failed: {error}");
-            }
-        });
-        index
-    })
+    SHARED_DISPATCHER.get_or_init(|| spawn_dispatcher(env, |_| {}))
+}
+
+/// Starts a dispatcher against `env` with the test settings as `tweak` changes them, on
+/// a thread of its own; it runs until the process ends. Returns its configuration index.
+pub fn spawn_dispatcher(
+    env: &TestEnv,
+    tweak: impl FnOnce(&mut herald_dispatcher::Config),
+) -> Index {
+    let index = Index::default();
+    let theirs = index.clone();
+    let mut config = herald_dispatcher::Config::for_tests(
+        env.nats_url(),
+        &format!("e2e-{}", std::process::id()),
+    );
+    tweak(&mut config);
+    std::thread::spawn(move || {
+        herald_dispatcher::install_crypto_provider();
+        let runtime = tokio::runtime::Runtime::new().expect("dispatcher runtime");
+        let run = herald_dispatcher::run_with_index(config, theirs, std::future::pending());
+        if let Err(error) = runtime.block_on(run) {
+            panic!("dispatcher failed: {error}");
+        }
+    });
+    index
 }
 
 /// Waits until the shared dispatcher uses `config` (its generation and pause state).

@@ -22,7 +22,7 @@ use herald_e2e::helm::{ok, output};
 use herald_e2e::{env, free_port, repo_root, unique_name, workspace_binary};
 use serde_json::Value;
 
-const IMAGES: [&str; 2] = ["herald-operator", "herald-dispatcher"];
+const IMAGES: [&str; 3] = ["herald-operator", "herald-dispatcher", "herald-api"];
 const WAIT: Duration = Duration::from_secs(90);
 
 fn tool(name: &str) -> PathBuf {

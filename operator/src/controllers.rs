@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::metrics::{EndpointStates, Metrics};
 use crate::reconcile::Plumbing;
-use crate::{endpoint, health, nats, replay, signing_secret};
+use crate::{endpoint, health, nats, replay, signing_secret, tenants};
 
 /// What every term is built from.
 pub struct Setup {
@@ -79,6 +79,12 @@ impl Term {
         .shared();
         let mut tasks = JoinSet::new();
         let states = Arc::new(EndpointStates::new(setup.metrics.clone()));
+        tasks.spawn(tenants::run(
+            setup.client.clone(),
+            setup.buckets.config.clone(),
+            setup.namespaces.clone(),
+            stop.clone(),
+        ));
         if setup.namespaces.is_empty() {
             let watch_secrets = setup.watch_secrets_cluster_wide;
             Self::start_scope(setup, None, watch_secrets, &states, &stop, &mut tasks);
@@ -126,13 +132,13 @@ impl Term {
             plumbing: setup.plumbing(endpoint::KIND),
             config_kv: setup.buckets.config.clone(),
             policy: setup.policy.clone(),
+            egress: setup.egress.clone(),
             shards: setup.shards,
             states: states.clone(),
         };
         let writer = health::writer::Parts {
             plumbing: setup.plumbing(health::writer::KIND),
             health: published,
-            egress: setup.egress.clone(),
             states: states.clone(),
         };
         tasks.spawn(endpoint::run(

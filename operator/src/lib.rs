@@ -30,6 +30,7 @@ pub mod nats;
 pub mod reconcile;
 pub mod replay;
 pub mod signing_secret;
+pub mod tenants;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,9 +64,9 @@ pub enum Error {
     Client(#[source] kube::Error),
     #[error("serving metrics: {0}")]
     Serve(#[source] std::io::Error),
-}
     #[error(transparent)]
     Egress(#[from] herald_core::egress::EgressError),
+}
 
 type Stop = Shared<BoxFuture<'static, ()>>;
 
@@ -83,8 +84,8 @@ pub async fn run(
         nats: nats_args,
         shards,
         destinations,
-        status_interval,
         egress,
+        status_interval,
         listen,
         lease_name,
         lease_namespace,
@@ -96,9 +97,9 @@ pub async fn run(
         kubeconfig,
         json_logs: _,
     } = config;
-    let shutdown: Stop = shutdown.boxed().shared();
     // Refused before anything starts, like the dispatcher's.
     let egress = Arc::new(egress.egress()?);
+    let shutdown: Stop = shutdown.boxed().shared();
     let identity =
         identity.unwrap_or_else(|| format!("herald-operator-{:016x}", fastrand::u64(..)));
     let client = kube_client(kubeconfig).await?;
@@ -122,8 +123,8 @@ pub async fn run(
         client,
         buckets,
         policy: destinations.policy(),
-        shards,
         egress,
+        shards,
         status_interval,
         namespaces: namespaces.into_iter().filter(|ns| !ns.is_empty()).collect(),
         watch_secrets_cluster_wide,

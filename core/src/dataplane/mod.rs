@@ -17,6 +17,7 @@ pub use lane::{LaneMessage, Origin};
 pub use records::{
     AttemptOutcome, AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointConfig,
     EndpointHealth, Hold, KeySet, LastAttempt, LastingState, ReplayProgress, ReplayRequest,
+    TenantPolicy,
 };
 
 /// Ingest stream: the event store and the replay source.
@@ -165,6 +166,10 @@ pub enum BucketKey {
     /// valid `WebhookReplay`'s [`ReplayRequest`], written by the operator and deleted
     /// with the resource.
     Replay(EndpointKey),
+    /// `tenant.<ns>` in [`CONFIG_BUCKET`]: how the tenant shares the dispatchers
+    /// ([`TenantPolicy`]), written by the operator from the namespace's annotations and
+    /// deleted when it has none.
+    Tenant(String),
 }
 
 impl BucketKey {
@@ -173,6 +178,7 @@ impl BucketKey {
     const LASTING: &str = "state.";
     const REPLAY: &str = "replay.";
     const SHARD_COUNT: &str = "layout.shards";
+    const TENANT: &str = "tenant.";
 
     /// The key of `WebhookReplay` `name` in `namespace`.
     pub fn replay(namespace: &str, name: &str) -> Self {
@@ -192,6 +198,9 @@ impl BucketKey {
     pub fn parse(key: &str) -> Option<Self> {
         if key == Self::SHARD_COUNT {
             return Some(Self::ShardCount);
+        }
+        if let Some(ns) = key.strip_prefix(Self::TENANT) {
+            return (!ns.is_empty() && !ns.contains('.')).then(|| Self::Tenant(ns.to_owned()));
         }
         if let Some(rest) = key.strip_prefix(Self::ENDPOINT) {
             EndpointKey::parse(rest).map(Self::Endpoint)
@@ -217,6 +226,7 @@ impl BucketKey {
             | Self::KeySet(k)
             | Self::Replay(k)
             | Self::Lasting { key: k, .. } => k.namespace(),
+            Self::Tenant(ns) => ns,
             Self::ShardCount => "",
         }
     }
@@ -230,6 +240,7 @@ impl fmt::Display for BucketKey {
             Self::Lasting { shard, key } => write!(f, "{}{shard}.{key}", Self::LASTING),
             Self::Replay(k) => write!(f, "{}{k}", Self::REPLAY),
             Self::ShardCount => f.write_str(Self::SHARD_COUNT),
+            Self::Tenant(ns) => write!(f, "{}{ns}", Self::TENANT),
         }
     }
 }
@@ -436,7 +447,13 @@ mod tests {
             Some(replay.clone())
         );
         assert_eq!(replay.namespace(), "shop");
+        let tenant = BucketKey::Tenant("shop".into());
+        assert_eq!(tenant.to_string(), "tenant.shop");
+        assert_eq!(BucketKey::parse("tenant.shop"), Some(tenant.clone()));
+        assert_eq!(tenant.namespace(), "shop");
         for bad in [
+            "tenant.",
+            "tenant.shop.x",
             "ep.",
             "ep.shop",
             "key.",

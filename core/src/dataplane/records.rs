@@ -106,6 +106,22 @@ impl fmt::Debug for KeySet {
     }
 }
 
+/// How a tenant (namespace) shares the dispatchers, from the namespace's annotations
+/// `herald.dev/weight` and `herald.dev/max-in-flight` (set by the platform team, who own
+/// namespaces). Stored as JSON under `tenant.<ns>` in [`CONFIG_BUCKET`](super::CONFIG_BUCKET);
+/// a missing field or key means the dispatchers' defaults.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantPolicy {
+    /// Consecutive attempts per turn of a shard's tenant ring (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// Most attempts of the tenant in flight per shard (default: the dispatcher's
+    /// `--tenant-max-in-flight`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
+}
+
 /// A valid `WebhookReplay`, as the dispatcher owning its endpoint's shard carries it out.
 /// Stored as JSON under `replay.<ns>.<name>` in [`CONFIG_BUCKET`](super::CONFIG_BUCKET)
 /// by the operator, which alone can read the resource; deleted when the resource is.

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, Weak};
 
 use futures::StreamExt;
-use herald_core::dataplane::{BucketKey, EndpointConfig, EndpointKey, KeySet, keyset_key};
+use herald_core::dataplane::{
+    BucketKey, EndpointConfig, EndpointKey, KeySet, TenantPolicy, keyset_key,
+};
 use herald_core::pattern::Pattern;
 use herald_core::signing::SigningKey;
 use herald_core::v1alpha1::DeliveryPolicy;
@@ -62,7 +64,12 @@ impl Endpoint {
 #[derive(Debug, Clone)]
 pub enum Change {
     Endpoint(EndpointKey),
-    Keys { namespace: String, secret: String },
+    Keys {
+        namespace: String,
+        secret: String,
+    },
+    /// A tenant's policy changed (or was removed).
+    Tenant(String),
 }
 
 #[derive(Default)]
@@ -72,6 +79,7 @@ struct Inner {
     policies: HashMap<Arc<str>, Weak<DeliveryPolicy>>,
     namespaces: HashMap<String, Namespace>,
     keys: HashMap<String, Arc<[SigningKey]>>,
+    tenants: HashMap<String, TenantPolicy>,
 }
 
 impl Inner {
@@ -163,6 +171,7 @@ impl Index {
             }
             Some(BucketKey::Endpoint(endpoint)) => self.apply_endpoint(key, endpoint, value),
             Some(BucketKey::KeySet(secret)) => self.apply_keys(key, secret, value),
+            Some(BucketKey::Tenant(namespace)) => self.apply_tenant(key, namespace, value),
             // Not endpoint configuration.
             Some(BucketKey::Lasting { .. } | BucketKey::ShardCount | BucketKey::Replay(_)) => None,
         };
@@ -229,6 +238,43 @@ impl Index {
             namespace: secret.namespace().to_owned(),
             secret: secret.name(),
         })
+    }
+
+    fn apply_tenant(&self, key: &str, namespace: String, value: Option<&[u8]>) -> Option<Change> {
+        let policy = match value.map(serde_json::from_slice::<TenantPolicy>) {
+            None => None,
+            Some(Ok(policy)) => Some(policy),
+            Some(Err(error)) => {
+                tracing::warn!(key, %error, "ignoring an invalid tenant policy");
+                return None;
+            }
+        };
+        let mut inner = self.inner.write().expect("index lock");
+        match policy {
+            Some(policy) => inner.tenants.insert(namespace.clone(), policy),
+            None => inner.tenants.remove(&namespace),
+        };
+        Some(Change::Tenant(namespace))
+    }
+
+    /// The policy of tenant `namespace`, if its namespace sets one.
+    pub fn tenant(&self, namespace: &str) -> Option<TenantPolicy> {
+        self.inner
+            .read()
+            .expect("index lock")
+            .tenants
+            .get(namespace)
+            .copied()
+    }
+
+    /// Every tenant policy set.
+    pub fn tenants(&self) -> Vec<(String, TenantPolicy)> {
+        let inner = self.inner.read().expect("index lock");
+        inner
+            .tenants
+            .iter()
+            .map(|(ns, p)| (ns.clone(), *p))
+            .collect()
     }
 
     /// Marks the configuration as completely loaded (the bucket's content as of the

@@ -19,6 +19,7 @@ use herald_core::dataplane::{
     PUBLISHED_HEADER, SCHEDULE_HEADER, SCHEDULE_TARGET_HEADER,
 };
 use herald_core::signing::SigningKey;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Runtime, Shared, now_ms};
 use crate::attempt::{self, AttemptResult, Decision, Facts, Fate};
@@ -40,35 +41,59 @@ pub struct Completion {
 }
 
 impl Runtime {
-    /// Starts attempts round-robin: one per endpoint per turn.
+    /// Starts attempts round-robin: fair across tenants, then one per endpoint per turn
+    /// (see [`super::ring`]), within the shard's pool, the dispatcher's ceiling and the
+    /// bound on one endpoint's slots.
     pub(super) fn dispatch(&mut self) {
         let now = Instant::now();
+        let limits = self.shared.settings.limits;
         let mut turns = self.ring.len();
-        while turns > 0 && self.attempts.len() < self.shared.settings.max_in_flight {
+        self.ceiling_blocked = false;
+        while turns > 0 && self.attempts.len() < limits.per_shard {
+            let permit = match self.spare.take() {
+                Some(permit) => permit,
+                None => match self.shared.ceiling.clone().try_acquire_owned() {
+                    Ok(permit) => permit,
+                    Err(_) => {
+                        self.ceiling_blocked = true;
+                        break;
+                    }
+                },
+            };
             turns -= 1;
             let Some(key) = self.ring.pop() else {
                 break;
             };
             let Some(state) = self.endpoints.get_mut(&key) else {
+                self.spare = Some(permit);
                 continue;
             };
             state.queued = false;
+            // Back in the ring when one of its attempts finishes.
+            let full = state.in_flight() >= limits.per_endpoint as u64;
             match state.readiness(now) {
+                Readiness::Ready(_) if full => self.spare = Some(permit),
                 Readiness::Ready(lane) => {
                     let replays = &self.shared.replays;
                     let Some(item) = state.start(lane, now, &|uid| replays.withdrawn(uid)) else {
+                        self.spare = Some(permit);
                         continue;
                     };
-                    self.spawn_attempt(&key, item);
+                    self.spawn_attempt(&key, item, permit);
                     self.maybe_refill(&key, lane);
                     // Back of the ring: the next endpoint gets the next turn.
                     self.mark_ready(&key);
                     turns += 1;
                 }
-                Readiness::Until(at) => self.ring.wake_at(at, key),
-                Readiness::Idle => {}
+                Readiness::Until(at) => {
+                    self.spare = Some(permit);
+                    self.ring.wake_at(at, key);
+                }
+                Readiness::Idle => self.spare = Some(permit),
             }
         }
+        // A permit not used now goes back to the other shards.
+        self.spare = None;
         self.shared
             .metrics
             .in_flight
@@ -76,7 +101,7 @@ impl Runtime {
             .set(self.attempts.len() as i64);
     }
 
-    fn spawn_attempt(&mut self, key: &EndpointKey, item: Item) {
+    fn spawn_attempt(&mut self, key: &EndpointKey, item: Item, permit: OwnedSemaphorePermit) {
         let Some(state) = self.endpoints.get(key) else {
             return;
         };
@@ -101,11 +126,14 @@ impl Runtime {
         }
         let fallback = (key.clone(), item.clone());
         self.attempts.spawn(async move {
+            // Held until the task ends, also when it is aborted.
+            let _permit = permit;
             AssertUnwindSafe(task.run(item))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| panicked(fallback))
         });
+        self.ring.started(key.namespace());
     }
 
     pub(super) fn on_completion(&mut self, completion: Completion) {
@@ -115,6 +143,7 @@ impl Runtime {
             result,
             decision,
         } = completion;
+        self.ring.finished(key.namespace());
         self.count(&key, &item, &result, &decision);
         let lane = item.lane;
         // The endpoint was deleted while the attempt ran: nothing to record.

@@ -92,6 +92,12 @@ impl Runtime {
     pub(super) fn on_change(&mut self, change: Result<Change, broadcast::error::RecvError>) {
         let keys: Vec<EndpointKey> = match change {
             Ok(Change::Endpoint(key)) => vec![key],
+            Ok(Change::Tenant(namespace)) => {
+                let policy = self.shared.index.tenant(&namespace);
+                let share = policy.map(|p| self.tenant_share(p));
+                self.ring.set_share(&namespace, share);
+                return;
+            }
             Ok(Change::Keys { namespace, secret }) => self
                 .endpoints
                 .iter()
@@ -101,7 +107,10 @@ impl Runtime {
                 })
                 .map(|(k, _)| k.clone())
                 .collect(),
-            Err(_) => self.endpoints.keys().cloned().collect(),
+            Err(_) => {
+                self.load_tenants();
+                self.endpoints.keys().cloned().collect()
+            }
         };
         for key in keys {
             // State exists only for endpoints with traffic on this shard; the others pick

@@ -24,9 +24,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt;
-use herald_core::dataplane::{EndpointKey, LANE_PREFIX, LastingState};
+use herald_core::dataplane::{EndpointKey, LANE_PREFIX, LastingState, TenantPolicy};
 use herald_core::ssrf::AddressPolicy;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::endpoint::EndpointState;
@@ -39,8 +39,8 @@ use consume::Refill;
 /// Settings shared by all shards of a dispatcher.
 #[derive(Clone, Debug)]
 pub struct ShardSettings {
-    /// Most attempts in flight per shard, across its endpoints.
-    pub max_in_flight: usize,
+    /// How attempts share the shard and the dispatcher.
+    pub limits: crate::config::Limits,
     /// Minimum time between two health reports of one endpoint.
     pub health_interval: Duration,
     /// How long in-flight attempts may finish at shutdown or handover.
@@ -60,6 +60,9 @@ pub struct Shared {
     pub policy: Arc<AddressPolicy>,
     pub metrics: Arc<Metrics>,
     pub settings: ShardSettings,
+    /// The dispatcher's ceiling on attempts in flight, shared by its shards: an attempt
+    /// holds a permit until its task ends (however it ends).
+    pub ceiling: Arc<tokio::sync::Semaphore>,
     /// The replay requests that exist, so a deleted replay's items are not attempted.
     pub replays: Arc<crate::replay::Live>,
 }
@@ -108,6 +111,7 @@ pub async fn run(
     // The replays of this shard's endpoints run beside it and stop with it.
     let replays = tokio::spawn(crate::replay::run(shared.clone(), shard, stop.clone()));
     let mut runtime = Runtime::new(shared, shard, saved);
+    runtime.load_tenants();
     // Endpoints whose work waits only as schedules report their backlog too.
     for (key, (count, oldest)) in scheduled {
         runtime.state(&key).restore_scheduled(count, oldest);
@@ -129,6 +133,11 @@ struct Runtime {
     /// created (then forgotten).
     saved: HashMap<EndpointKey, LastingState>,
     ring: ring::Ring,
+    /// Set when the dispatcher's ceiling stopped the last dispatch: the loop then waits
+    /// for a permit.
+    ceiling_blocked: bool,
+    /// A permit the loop waited for, used by the next dispatch.
+    spare: Option<OwnedSemaphorePermit>,
     attempts: JoinSet<Completion>,
     refill_tx: mpsc::Sender<Refill>,
     refill_rx: mpsc::Receiver<Refill>,
@@ -143,13 +152,19 @@ impl Runtime {
     fn new(shared: Shared, shard: u32, saved: HashMap<EndpointKey, LastingState>) -> Self {
         let (refill_tx, refill_rx) = mpsc::channel(1024);
         let saver = lasting::saver(shared.layout.health.clone());
+        let tenants = ring::TenantShare {
+            weight: 1,
+            max_in_flight: shared.settings.limits.per_tenant,
+        };
         Self {
             shared,
             shard,
             label: ShardLabel { shard },
             endpoints: HashMap::new(),
             saved,
-            ring: ring::Ring::default(),
+            ring: ring::Ring::new(tenants),
+            ceiling_blocked: false,
+            spare: None,
             attempts: JoinSet::new(),
             refill_tx,
             refill_rx,
@@ -208,6 +223,9 @@ impl Runtime {
                     None => return Err(ShardError::ConsumerEnded),
                 },
                 _ = sleep_until(next_timer) => self.on_timers(),
+                permit = self.shared.ceiling.clone().acquire_owned(), if self.ceiling_blocked => {
+                    self.spare = permit.ok();
+                }
                 _ = flush.tick() => self.log.flush(&self.shared.layout.js),
                 _ = housekeeping.tick() => self.housekeeping(),
             }
@@ -235,6 +253,27 @@ impl Runtime {
             }
             state
         })
+    }
+
+    /// How a tenant with `policy` shares the shard (the dispatcher's defaults where the
+    /// policy says nothing).
+    fn tenant_share(&self, policy: TenantPolicy) -> ring::TenantShare {
+        ring::TenantShare {
+            weight: policy.weight.unwrap_or(1),
+            max_in_flight: policy
+                .max_in_flight
+                .map_or(self.shared.settings.limits.per_tenant, |n| n as usize),
+        }
+    }
+
+    /// Every tenant's policy, from the index (at start, and after missed changes).
+    fn load_tenants(&mut self) {
+        let shares = self.shared.index.tenants();
+        let shares = shares
+            .into_iter()
+            .map(|(ns, policy)| (ns, self.tenant_share(policy)))
+            .collect();
+        self.ring.replace_shares(shares);
     }
 
     fn mark_ready(&mut self, key: &EndpointKey) {
