@@ -40,6 +40,8 @@ fn spawn_dispatcher(id: &str, proxy: &str, named: &str, credentials: &std::path:
         .args(["--egress-proxy", proxy, "--egress-proxy-named", named])
         .arg("--egress-proxy-credentials")
         .arg(credentials)
+        // Debug logs (hyper's, reqwest's and Herald's) must not hold the credentials either.
+        .env("RUST_LOG", "debug")
         .stdin(Stdio::null())
         .stdout(log("out"))
         .stderr(log("err"))
@@ -177,15 +179,22 @@ async fn deliveries_go_through_the_allowed_proxies_and_the_address_policy_still_
     .await;
     assert!(back.seen().connects.iter().all(|t| *t == target));
 
-    // The credentials appear in no attempt record.
+    // The credentials appear in no attempt record and no log line (at debug level).
+    let leaks =
+        |text: &str| text.contains("pr0xy-s3cret") || text.contains("aGVyYWxkOnByMHh5LXMzY3JldA");
     for name in ["default", "eu", "forbidden", "unknown", "down"] {
         let text = serde_json::to_string(&dp.attempts(&ns, name).await).unwrap();
-        assert!(
-            !text.contains("pr0xy-s3cret") && !text.contains("aGVyYWxkOnByMHh5LXMzY3JldA"),
-            "{name}: {text}"
-        );
+        assert!(!leaks(&text), "{name}: {text}");
     }
     stop(dispatcher).await;
+    for stream in ["out", "err"] {
+        let path = std::env::temp_dir().join(format!("herald-egress-egress.{stream}.log"));
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(!leaks(&log), "credentials in {}", path.display());
+        if stream == "out" {
+            assert!(log.contains("DEBUG"), "not a debug log: {}", path.display());
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
