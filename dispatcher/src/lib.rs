@@ -100,7 +100,8 @@ pub async fn run_with_index(
     )
     .await?;
     let policy = Arc::new(destinations.policy());
-    let http = http::Client::new(policy.clone(), egress.egress()?)?;
+    let proxy_errors = metrics.proxy_errors.clone();
+    let http = http::Client::new(policy.clone(), egress.egress()?, proxy_errors)?;
 
     let (stop_tx, stop) = watch::channel(false);
     let shared = shard::Shared {

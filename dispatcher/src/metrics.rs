@@ -72,6 +72,14 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// Label set of the egress proxy error counter: a proxy's name (the platform's
+/// configuration, so a handful) and what went wrong.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProxyErrorLabel {
+    pub proxy: String,
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShardLabel {
     pub shard: u32,
@@ -106,6 +114,7 @@ pub struct Metrics {
     pub fanout_latency: Histogram,
     pub fanout_pending: Gauge,
     pub dead_letters: Family<ReasonLabel, Counter>,
+    pub proxy_errors: Family<ProxyErrorLabel, Counter>,
     pub first_attempt_latency: Histograms<NamespaceLabel>,
     pub attempt_duration: Histograms<NamespaceLabel>,
     pub attempts: Family<AttemptLabel, Counter>,
@@ -129,6 +138,7 @@ impl Metrics {
             fanout_latency: first_attempt_histogram(),
             fanout_pending: Gauge::default(),
             dead_letters: Family::default(),
+            proxy_errors: Family::default(),
             first_attempt_latency: Family::new_with_constructor(first_attempt_histogram),
             attempt_duration: Family::new_with_constructor(duration_histogram),
             attempts: Family::default(),
@@ -180,6 +190,8 @@ impl Metrics {
         r.register("fanout_pending_events", help, self.fanout_pending.clone());
         let help = "Events that cannot be delivered at all, by reason";
         r.register("dead_letters", help, self.dead_letters.clone());
+        let help = "Failures of an egress proxy itself, by proxy and reason (unreachable, timeout, auth, refused, invalid)";
+        r.register("egress_proxy_errors", help, self.proxy_errors.clone());
     }
 
     pub fn encode(&self) -> String {

@@ -148,11 +148,16 @@ async fn every_documented_metric_is_exposed_and_moves() {
     let dp = DataPlane::new(ctx.nats.clone()).await;
     let rx = Receiver::start().await;
     let (op_port, disp_port) = (free_port(), free_port());
+    // An egress proxy nothing listens on (the proxy error counter); both binaries take it.
+    let proxy = format!("down=http://127.0.0.1:{}", free_port());
+    let egress = ["--egress-proxy-named", proxy.as_str()];
     let mut operators = Operators::new(OPERATOR, env, &ns, "metrics")
-        .with_args(&["--listen", &format!("127.0.0.1:{op_port}")]);
+        .with_args(&["--listen", &format!("127.0.0.1:{op_port}")])
+        .with_args(&egress);
     operators.start("op0");
     let mut dispatchers = Dispatchers::new(DISPATCHER, env.nats_url(), "metrics")
-        .with_args(&["--listen", &format!("127.0.0.1:{disp_port}")]);
+        .with_args(&["--listen", &format!("127.0.0.1:{disp_port}")])
+        .with_args(&egress);
 
     // One endpoint per behaviour a metric has to show.
     rx.behave("ok", Behavior::default());
@@ -174,6 +179,10 @@ async fn every_documented_metric_is_exposed_and_moves() {
         ),
         ("gone", json!({})),
         ("slow", json!({"maxInFlight": 2})),
+        (
+            "proxied",
+            json!({"proxy": {"name": "down"}, "retry": {"schedule": ["2s"]}}),
+        ),
     ];
     let secret: SigningSecret = serde_json::from_value(json!({
         "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
@@ -334,6 +343,9 @@ fn moved_as_meant(name: &str, s: &Seen, ns: &str) -> Option<bool> {
         | "dispatcher_fanout_pending_events"
         | "dispatcher_dead_letters_total"
         | "operator_reconcile_errors_total" => s.moved(name, &[]),
+        "dispatcher_egress_proxy_errors_total" => {
+            s.moved(name, &[("proxy", "down"), ("reason", "unreachable")])
+        }
         "dispatcher_shards" | "dispatcher_owned_shards" => s.best(name, &[]) == Some(shards),
         "dispatcher_endpoints" => at_least(6.0),
         "dispatcher_events_ingested_total" | "dispatcher_events_fanned_out_total" => {

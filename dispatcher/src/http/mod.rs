@@ -36,7 +36,7 @@ pub use herald_core::egress::{DEFAULT_PROXY, Egress, EgressArgs, EgressError, Pr
 pub use redact::SNIPPET_BYTES;
 use redact::{Chunks, read_snippet};
 use resolve::{Lookup, PolicyResolver, system_lookup};
-use tunnel::TunnelConnector;
+use tunnel::{ProxyErrors, TunnelConnector};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -66,8 +66,14 @@ impl Client {
     /// Builds the clients: pooled connections, no redirects, the policy-checking
     /// resolver, the proxies of `egress`. Needs a process-wide rustls crypto provider
     /// (`main` installs one; see [`crate::install_crypto_provider`]).
-    pub fn new(policy: Arc<AddressPolicy>, egress: Egress) -> Result<Self, ClientError> {
-        Self::build(policy, egress, system_lookup(), None)
+    /// Proxy failures are counted in `proxy_errors`
+    /// (`herald_dispatcher_egress_proxy_errors_total`).
+    pub fn new(
+        policy: Arc<AddressPolicy>,
+        egress: Egress,
+        proxy_errors: ProxyErrors,
+    ) -> Result<Self, ClientError> {
+        Self::build(policy, egress, system_lookup(), None, proxy_errors)
     }
 
     /// With `tls` unset, TLS inside tunnels checks certificates like the direct client
@@ -77,6 +83,7 @@ impl Client {
         egress: Egress,
         lookup: Lookup,
         tls: Option<rustls::ClientConfig>,
+        proxy_errors: ProxyErrors,
     ) -> Result<Self, ClientError> {
         let direct = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -115,6 +122,7 @@ impl Client {
                     policy: policy.clone(),
                     lookup: lookup.clone(),
                     connect_timeout: CONNECT_TIMEOUT,
+                    errors: proxy_errors.clone(),
                 };
                 let https = hyper_rustls::HttpsConnectorBuilder::new()
                     .with_tls_config(tls.clone())

@@ -20,7 +20,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::resolve::{Lookup, VetError, vetted};
+use crate::metrics::ProxyErrorLabel;
 use herald_core::egress::ProxyDef;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 /// The longest answer head to a CONNECT Herald reads.
 const MAX_PROXY_HEAD: usize = 8 * 1024;
@@ -60,6 +63,23 @@ pub(crate) struct TunnelConnector {
     pub(crate) lookup: Lookup,
     /// For the TCP connection to the proxy and its answer to CONNECT together.
     pub(crate) connect_timeout: Duration,
+    /// `herald_dispatcher_egress_proxy_errors_total`.
+    pub(crate) errors: ProxyErrors,
+}
+
+pub(crate) type ProxyErrors = Family<ProxyErrorLabel, Counter>;
+
+impl ProxyError {
+    /// The metric's `reason`.
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Unreachable { .. } => "unreachable",
+            Self::Slow { .. } => "timeout",
+            Self::Auth { .. } => "auth",
+            Self::Refused { .. } => "refused",
+            Self::Invalid { .. } => "invalid",
+        }
+    }
 }
 
 impl tower_service::Service<Uri> for TunnelConnector {
@@ -95,7 +115,15 @@ impl TunnelConnector {
         };
         let mut refused = None;
         for ip in addrs {
-            match self.tunnel(SocketAddr::new(ip, port)).await {
+            let tunnel = self.tunnel(SocketAddr::new(ip, port)).await;
+            if let Err(e) = &tunnel {
+                let label = ProxyErrorLabel {
+                    proxy: self.proxy.name.clone(),
+                    reason: e.reason(),
+                };
+                self.errors.get_or_create(&label).inc();
+            }
+            match tunnel {
                 Ok(stream) => return Ok(stream),
                 // The proxy could not reach this address: the next one may do.
                 Err(e @ ProxyError::Refused { .. }) => refused = Some(e),

@@ -12,6 +12,16 @@ use super::*;
 /// A client whose proxies are `flags` (as the dispatcher takes them), trusting the test
 /// CA for TLS inside tunnels.
 fn proxied_client(policy: Arc<AddressPolicy>, lookup: Lookup, flags: &[String]) -> Client {
+    counting_client(policy, lookup, flags, Default::default())
+}
+
+/// [`proxied_client`] counting proxy failures in `errors`.
+fn counting_client(
+    policy: Arc<AddressPolicy>,
+    lookup: Lookup,
+    flags: &[String],
+    errors: tunnel::ProxyErrors,
+) -> Client {
     #[derive(clap::Parser)]
     struct Flags {
         #[command(flatten)]
@@ -23,7 +33,7 @@ fn proxied_client(policy: Arc<AddressPolicy>, lookup: Lookup, flags: &[String]) 
     )
     .expect("flags");
     let egress = flags.egress.egress().expect("egress");
-    Client::build(policy, egress, lookup, Some(test_tls())).expect("a client")
+    Client::build(policy, egress, lookup, Some(test_tls()), errors).expect("a client")
 }
 
 fn test_tls() -> rustls::ClientConfig {
@@ -160,7 +170,8 @@ async fn the_proxys_own_failures_are_connect_errors_naming_it() {
     let dir = std::env::temp_dir().join(format!("herald-proxy-creds-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("auth"), "herald:s3cret\n").unwrap();
-    let http = proxied_client(
+    let errors = tunnel::ProxyErrors::default();
+    let http = counting_client(
         policy.clone(),
         hooks_test_is("127.0.0.1"),
         &[
@@ -176,6 +187,7 @@ async fn the_proxys_own_failures_are_connect_errors_naming_it() {
             "--egress-proxy-credentials".into(),
             dir.to_str().unwrap().into(),
         ],
+        errors.clone(),
     );
     let pick = |name: &str| EgressProxy {
         name: Some(name.into()),
@@ -220,6 +232,19 @@ async fn the_proxys_own_failures_are_connect_errors_naming_it() {
             result.snippet
         );
         assert!(result.snippet.contains(&says), "{says}: {}", result.snippet);
+    }
+    // Counted per proxy and reason (herald_dispatcher_egress_proxy_errors_total).
+    for (proxy, reason) in [
+        ("default", "unreachable"),
+        ("forbidden", "refused"),
+        ("auth", "auth"),
+        ("garbage", "invalid"),
+    ] {
+        let label = crate::metrics::ProxyErrorLabel {
+            proxy: proxy.into(),
+            reason,
+        };
+        assert_eq!(errors.get_or_create(&label).get(), 1, "{proxy} {reason}");
     }
     // The credentials went to the proxy that has them, and nowhere into the record.
     let sent = auth.connects.lock().unwrap()[0].1.clone();
