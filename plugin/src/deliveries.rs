@@ -7,7 +7,7 @@ use jiff::Timestamp;
 
 use crate::api::{Accepted, Api, ApiError, Attempt, Delivery, DeliveryDetail, Query};
 use crate::table::{Output, Table, snippet};
-use crate::time::{TimeArg, age, millis};
+use crate::time::{TimeArg, age, millis, relative};
 
 /// The states `--status` takes: the API's, plus `failed` (retrying or dead).
 pub const STATUSES: [&str; 6] = [
@@ -22,9 +22,14 @@ pub const STATUSES: [&str; 6] = [
 /// Filters of `deliveries`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct Filters {
-    /// Only deliveries in this state.
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(STATUSES))]
-    pub status: Option<String>,
+    /// Only deliveries in these states (comma-separated); `failed` is retrying or dead.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "STATE",
+        value_parser = clap::builder::PossibleValuesParser::new(STATUSES)
+    )]
+    pub status: Vec<String>,
     /// Only events of this type.
     #[arg(long = "type", value_name = "TYPE")]
     pub event_type: Option<String>,
@@ -50,7 +55,7 @@ impl Filters {
             limit,
         } = self;
         Query {
-            status: status.clone(),
+            status: (!status.is_empty()).then(|| status.join(",")),
             event_type: event_type.clone(),
             since: since.map(|t| t.resolve(now)),
             until: until.map(|t| t.resolve(now)),
@@ -85,7 +90,9 @@ pub fn deliveries_table(items: &[Delivery], now: Timestamp, wide: bool) -> Table
             d.last_status.map(|s| s.to_string()).unwrap_or_default(),
             d.last_latency_ms.map(millis).unwrap_or_default(),
             d.last_attempt_time.map(|t| age(t, now)).unwrap_or_default(),
-            d.next_attempt_time.map(|t| age(t, now)).unwrap_or_default(),
+            d.next_attempt_time
+                .map(|t| relative(t, now))
+                .unwrap_or_default(),
         ];
         if wide {
             row.push(
@@ -339,7 +346,7 @@ mod tests {
     fn filters_become_the_query() {
         let now = at("2026-12-01T12:00:00Z");
         let filters = Filters {
-            status: Some("failed".into()),
+            status: vec!["failed".into(), "inFlight".into()],
             event_type: None,
             since: Some("2h".parse().unwrap()),
             until: None,
@@ -352,7 +359,7 @@ mod tests {
             Some(500),
             "one page is capped; the rest follows cursors"
         );
-        assert_eq!(q.status.as_deref(), Some("failed"));
+        assert_eq!(q.status.as_deref(), Some("failed,inFlight"));
     }
 
     #[test]

@@ -259,7 +259,7 @@ mod tests {
             "-n",
             "shop",
             "--status",
-            "dead",
+            "dead,retrying",
             "--since",
             "2h",
             "-o",
@@ -276,7 +276,7 @@ mod tests {
             panic!("deliveries");
         };
         assert_eq!(output, Output::Wide);
-        assert_eq!(filters.status.as_deref(), Some("dead"));
+        assert_eq!(filters.status, ["dead", "retrying"]);
         assert!(
             Cli::try_parse_from(["kubectl-herald", "deliveries", "o", "--status", "lost"]).is_err()
         );

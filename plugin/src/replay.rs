@@ -195,6 +195,10 @@ pub async fn run(client: Client, namespace: &str, args: &ReplayArgs) -> Result<b
                 )));
             };
             let status = replay.status.unwrap_or_default();
+            // Nothing to say until the operator has looked at it.
+            if status.phase.is_none() && status.conditions.is_empty() {
+                continue;
+            }
             let text = progress_line(&status, Timestamp::now());
             // The time column changes on every line; compare the rest.
             if text.get(20..) != last.get(20..) {

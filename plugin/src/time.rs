@@ -66,6 +66,17 @@ pub fn age(then: Timestamp, now: Timestamp) -> String {
     human(secs)
 }
 
+/// A time that may lie either side of now: `in 30s` or `30s ago` (a retry that was due
+/// and has not been attempted yet).
+pub fn relative(t: Timestamp, now: Timestamp) -> String {
+    let secs = now.duration_since(t).as_secs();
+    if secs < 0 {
+        format!("in {}", human(-secs))
+    } else {
+        format!("{} ago", human(secs))
+    }
+}
+
 /// kubectl's `HumanDuration` (k8s.io/apimachinery/pkg/util/duration), in seconds.
 fn human(secs: i64) -> String {
     let (m, h, d) = (secs / 60, secs / 3_600, secs / 86_400);
@@ -163,6 +174,11 @@ mod tests {
             assert_eq!(ago(secs), want, "{secs} s");
         }
         assert_eq!(age(now + SignedDuration::from_secs(30), now), "in 30s");
+        assert_eq!(relative(now + SignedDuration::from_secs(30), now), "in 30s");
+        assert_eq!(
+            relative(now - SignedDuration::from_secs(200), now),
+            "3m20s ago"
+        );
     }
 
     #[test]
