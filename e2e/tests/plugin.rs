@@ -1,9 +1,10 @@
 //! Every `kubectl herald` command against the real environment, run as a tenant runs
 //! it: the plugin binary (`kubectl-herald`) with a kubeconfig whose identity is a
-//! ServiceAccount token from a TokenRequest, allowed by a namespaced Role what a tenant
-//! role grants (the delivery log and redelivery of Herald's API, and Herald's
-//! resources). The operator, a dispatcher and Herald's HTTP API (`herald-api`) run as
-//! processes; a receiver on loopback records what is delivered.
+//! ServiceAccount token from a TokenRequest, bound to the chart's
+//! `herald-delivery-operator` ClusterRole (the delivery log and redelivery of Herald's
+//! API) and to a Role for Herald's resources. The operator, a dispatcher and Herald's
+//! HTTP API (`herald-api`) run as processes; a receiver on loopback records what is
+//! delivered.
 //!
 //! Needs the workspace's binaries (`cargo build -p kubectl-herald -p herald-api`, or
 //! `cargo build --workspace --bins` as `make test` does).
@@ -18,13 +19,14 @@ use std::time::Duration;
 use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint, WebhookReplay};
 use herald_e2e::dataplane::DataPlane;
 use herald_e2e::faults::{Dispatchers, Operators};
+use herald_e2e::helm::{documents, template};
 use herald_e2e::receiver::{Behavior, Received, Receiver};
 use herald_e2e::{TestContext, env, eventually, free_port, workspace_binary};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use serde_json::{Value, json};
 
@@ -167,14 +169,28 @@ async fn run(mut cmd: Command, stdin: Vec<u8>) -> Run {
     run
 }
 
-/// A ServiceAccount `tenant` allowed, by a Role in its namespace, what a tenant team
-/// needs, and a token for it from a TokenRequest.
+/// A ServiceAccount `tenant` bound in its namespace to the chart's ClusterRole
+/// `herald-delivery-operator` (the delivery log, redeliver, redrive-dead, test; taken
+/// from `helm template`, applied once for the whole environment) and to a Role for
+/// Herald's resources as a tenant team has it; a token for it from a TokenRequest.
 async fn tenant_token(ctx: &TestContext) -> String {
+    let rendered = template("herald", &ctx.namespace, &["api.enabled=true"]);
+    let cluster_role = documents(&rendered)
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "herald-delivery-operator")
+        .expect("the chart's herald-delivery-operator ClusterRole");
+    let cluster_role: ClusterRole = serde_json::from_value(cluster_role).unwrap();
+    Api::<ClusterRole>::all(ctx.client.clone())
+        .patch(
+            "herald-delivery-operator",
+            &PatchParams::apply("herald-e2e-plugin").force(),
+            &Patch::Apply(&cluster_role),
+        )
+        .await
+        .expect("applying the chart's ClusterRole");
     let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": "herald-tenant"},
+        "metadata": {"name": "herald-resources"},
         "rules": [
-            {"apiGroups": ["herald.dev"], "resources": ["deliveries"], "verbs": ["get", "list"]},
-            {"apiGroups": ["herald.dev"], "resources": ["webhookendpoints/redeliver"], "verbs": ["create"]},
             {"apiGroups": ["herald.dev"], "resources": ["webhookendpoints"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["herald.dev"], "resources": ["webhookreplays"],
              "verbs": ["get", "list", "watch", "create"]},
@@ -187,16 +203,21 @@ async fn tenant_token(ctx: &TestContext) -> String {
         .create(&PostParams::default(), &role)
         .await
         .expect("creating the Role");
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "herald-tenant"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "herald-tenant"},
-        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ctx.namespace}]
-    }))
-    .unwrap();
-    ctx.api::<RoleBinding>()
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("creating the RoleBinding");
+    for (name, kind) in [
+        ("herald-delivery-operator", "ClusterRole"),
+        ("herald-resources", "Role"),
+    ] {
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ctx.namespace}]
+        }))
+        .unwrap();
+        ctx.api::<RoleBinding>()
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("creating a RoleBinding");
+    }
     let sa: ServiceAccount =
         serde_json::from_value(json!({"metadata": {"name": "tenant"}})).unwrap();
     let accounts = ctx.api::<ServiceAccount>();
