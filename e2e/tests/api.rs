@@ -608,16 +608,25 @@ async fn pages_are_stable_while_new_attempts_arrive() {
         .map(|d| d["eventId"].as_str().unwrap().to_owned())
         .collect();
 
-    // Page through 7 at a time while 30 more events are published and delivered.
-    let publisher = {
+    // Page through 7 at a time while 30 more events are published and delivered, and the
+    // oldest 10 listed events are redelivered (new attempts of events already listed).
+    let mut publisher = Some({
         let (dp, ns) = (dp.clone(), ns.clone());
+        let (http, base) = (api.http.clone(), api.base.clone());
+        let again: Vec<String> = expected.iter().rev().take(10).cloned().collect();
         tokio::spawn(async move {
             for n in 100..130 {
                 dp.publish(&ns, "order.created", json!(n)).await;
+                if let Some(id) = again.get(n as usize - 100) {
+                    let url = format!("{base}/v1/namespaces/{ns}/endpoints/orders/redeliver/{id}");
+                    let answer = http.post(url).send().await.expect("redeliver");
+                    assert_eq!(answer.status().as_u16(), 202);
+                }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
-    };
+    });
+    let mut attempts = Vec::new();
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -636,20 +645,35 @@ async fn pages_are_stable_while_new_attempts_arrive() {
                 200,
             )
             .await;
-        seen.extend(
-            page["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d["eventId"].as_str().unwrap().to_owned()),
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        for d in page["items"].as_array().unwrap() {
+            seen.push(d["eventId"].as_str().unwrap().to_owned());
+            attempts.push(d["attempts"].as_u64());
+        }
+        // After the first page: the new events and the redeliveries are all delivered
+        // and logged before the later pages are read.
+        if let Some(publisher) = publisher.take() {
+            publisher.await.unwrap();
+            eventually("the redeliveries received", WAIT, || async {
+                let again = expected.iter().rev().take(10).all(|id| {
+                    rx.received("orders")
+                        .iter()
+                        .filter(|r| r.header("webhook-id") == id)
+                        .count()
+                        == 2
+                });
+                (again && rx.request_count("orders") == 80).then_some(())
+            })
+            .await;
+            eventually("the new attempts logged", WAIT, || async {
+                (dp.attempts(&ns, "orders").await.len() == 80).then_some(())
+            })
+            .await;
+        }
         match page["nextCursor"].as_str() {
             Some(next) => cursor = Some(next.to_owned()),
             None => break,
         }
     }
-    publisher.await.unwrap();
     // Newest first, no event twice, and none of the events there before paging began
     // skipped; events published while paging show only if they came before the first
     // page (at its top), never later.
@@ -661,6 +685,10 @@ async fn pages_are_stable_while_new_attempts_arrive() {
         seen.ends_with(&expected),
         "the 40 earlier events, in order, without gaps"
     );
+    // Each page shows the state of the first: the redeliveries made while paging are not
+    // counted on the later pages either.
+    let old = &attempts[attempts.len() - expected.len()..];
+    assert!(old.iter().all(|a| *a == Some(1)), "{old:?}");
     assert!(
         seen.len() < expected.len() + 30,
         "new events joined only at the first page"
