@@ -7,7 +7,10 @@
 #   - applies the tenant examples (examples/demo: examples/tenant pointed at the receiver,
 #     plus an endpoint that always fails) into namespace `shop`;
 #   - publishes events with herald-producer and shows what a tenant sees: live status,
-#     the delivery log, and the failing endpoint's circuit opening.
+#     the delivery log, and the failing endpoint's circuit opening;
+#   - starts herald-api and, as a tenant (a ServiceAccount token, a namespaced Role),
+#     uses the kubectl plugin: the delivery log, a delivery's attempts, a dry-run replay
+#     and a replay that sends.
 # Everything keeps running afterwards; `make demo-down` (scripts/demo.sh down) stops it
 # all. Ctrl-C while the demo is starting stops everything it started.
 set -euo pipefail
@@ -92,7 +95,7 @@ trap on_exit EXIT
 
 say "Building (the first run compiles Kubernetes and the Rust workspace: 10-15 minutes)"
 scripts/build-e2e.sh
-cargo build -q -p herald-operator -p herald-dispatcher -p herald-examples --bins
+cargo build -q -p herald-operator -p herald-dispatcher -p herald-api -p kubectl-herald -p herald-examples --bins
 begin=$SECONDS
 
 mkdir -p "$dir"
@@ -178,12 +181,66 @@ show "$bin/herald-delivery-log" -n "$ns" -e failing --last 8
 say "The failing endpoint: Degraded, circuit Open"
 show kubectl get whe -n "$ns" failing -o jsonpath='{"state: "}{.status.state}{"   circuit: "}{.status.circuit}{"\n"}{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'
 
+say "Starting herald-api, Herald's HTTP API (log: $dir/api.log)"
+start api "$bin/herald-api" --nats-url "$nats" --listen 127.0.0.1:0 --kubeconfig "$KUBECONFIG"
+api_serves() { alive "$api_pid" && grep -q 'herald-api serving' "$dir/api.log"; }
+wait_for "herald-api to serve (see $dir/api.log)" 60 api_serves
+api_addr="$(sed 's/\x1b\[[0-9;]*m//g' "$dir/api.log" | grep -o 'listen=[0-9.:]*' | head -1)"
+export HERALD_API_URL="http://${api_addr#listen=}"
+echo "herald-api: $HERALD_API_URL"
+
+say "A tenant's identity: ServiceAccount demo-tenant, a Role for deliveries and replays, a token"
+kubectl apply --server-side -n "$ns" -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: demo-tenant}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: demo-tenant}
+rules:
+  - {apiGroups: [herald.dev], resources: [deliveries], verbs: [get, list]}
+  - {apiGroups: [herald.dev], resources: [webhookendpoints/redeliver], verbs: [create]}
+  - {apiGroups: [herald.dev], resources: [webhookendpoints], verbs: [get, list, watch]}
+  - {apiGroups: [herald.dev], resources: [webhookreplays], verbs: [get, list, watch, create]}
+  - {apiGroups: [herald.dev], resources: [signingsecrets], verbs: [get, list, watch, patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: demo-tenant}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: demo-tenant}
+subjects: [{kind: ServiceAccount, name: demo-tenant, namespace: $ns}]
+EOF
+tenant_kubeconfig="$dir/tenant.kubeconfig"
+cp "$KUBECONFIG" "$tenant_kubeconfig"
+KUBECONFIG="$tenant_kubeconfig" kubectl config set-credentials demo-tenant \
+	--token="$(kubectl create token -n "$ns" demo-tenant --duration 24h)" >/dev/null
+KUBECONFIG="$tenant_kubeconfig" kubectl config set-context --current --user demo-tenant \
+	--namespace "$ns" >/dev/null
+echo "the tenant's kubeconfig: $tenant_kubeconfig (user demo-tenant, namespace $ns)"
+# kubectl runs kubectl-herald from PATH as `kubectl herald`.
+export PATH="$bin:$PATH"
+herald() { show env KUBECONFIG="$tenant_kubeconfig" kubectl herald "$@"; }
+
+say "kubectl herald: the delivery log of 'orders', as the tenant (its token, its RBAC)"
+herald deliveries orders
+
+say "kubectl herald: what is failing, and one delivery's attempts"
+herald deliveries failing
+failed_id="$(KUBECONFIG="$tenant_kubeconfig" kubectl herald deliveries failing --status retrying,inFlight --limit 1 -o json |
+	grep -o '"eventId": *"[^"]*"' | head -1 | cut -d'"' -f4)"
+herald attempts failing "$failed_id"
+
+say "kubectl herald replay: a dry run counts, then a replay sends the orders again (same webhook-ids)"
+herald replay orders --from 10m --type order.created --dry-run --timeout 2m
+herald replay orders --from 10m --type order.created --timeout 2m
+
 trap - INT TERM EXIT
 cat <<EOF
 
 Demo ready in $((SECONDS - begin)) s (after the build). Everything keeps running; explore:
 
-  export KUBECONFIG=$KUBECONFIG HERALD_NATS_URL=$nats PATH=$bin:\$PATH
+  export KUBECONFIG=$KUBECONFIG HERALD_NATS_URL=$nats HERALD_API_URL=$HERALD_API_URL PATH=$bin:\$PATH
   kubectl get webhookendpoints -n $ns -w            # live status (State, Success, Backlog...)
   kubectl describe whe -n $ns failing               # conditions and events
   herald-producer -n $ns -t order.created --count 3 # publish more
@@ -191,7 +248,10 @@ Demo ready in $((SECONDS - begin)) s (after the build). Everything keeps running
   tail -f $dir/receiver.log   # what the receiver gets
   kubectl get secret -n $ns orders -o jsonpath='{.data.current}' | base64 -d   # the key
   kubectl annotate signingsecret -n $ns orders herald.dev/rotate=\$(date +%s)  # rotate it
+  kubectl herald --kubeconfig $tenant_kubeconfig tail orders     # attempts live, as the tenant
+  kubectl herald --kubeconfig $tenant_kubeconfig rotate orders   # rotate, wait for the new key
+  kubectl herald --help                             # every command (docs/plugin.md)
 
-Logs: $dir/{operator,dispatcher,receiver,testenv}.log
+Logs: $dir/{operator,dispatcher,api,receiver,testenv}.log
 Stop everything: make demo-down
 EOF
