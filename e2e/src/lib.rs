@@ -551,3 +551,40 @@ pub fn unique_name(prefix: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}-{:x}{:x}{n}", std::process::id(), nanos & 0xffff)
 }
+
+/// Runs an operator in this process for `namespace` of `env` (its Lease there too) with
+/// the tests' settings — 4 shards, status every second — and `extra` flags, until the
+/// returned sender is used or dropped.
+pub fn start_operator(
+    env: &TestEnv,
+    namespace: &str,
+    extra: &[&str],
+) -> tokio::sync::oneshot::Sender<()> {
+    let kubeconfig = env.kubeconfig().display().to_string();
+    let args = [
+        "herald-operator",
+        "--nats-url",
+        env.nats_url(),
+        "--namespace",
+        namespace,
+        "--lease-namespace",
+        namespace,
+        "--kubeconfig",
+        &kubeconfig,
+        "--listen",
+        "127.0.0.1:0",
+        "--shards",
+        "4",
+        "--status-interval",
+        "1s",
+    ]
+    .into_iter()
+    .chain(extra.iter().copied());
+    let config =
+        <herald_operator::Config as clap::Parser>::try_parse_from(args).expect("operator flags");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(herald_operator::run(config, async move {
+        let _ = rx.await;
+    }));
+    tx
+}

@@ -108,34 +108,8 @@ fn start_operator(namespace: &str) -> oneshot::Sender<()> {
     start_operator_with(namespace, &[])
 }
 
-/// [`start_operator`] with more flags.
 fn start_operator_with(namespace: &str, extra: &[&str]) -> oneshot::Sender<()> {
-    let kubeconfig = env().kubeconfig().display().to_string();
-    let args = [
-        "herald-operator",
-        "--nats-url",
-        env().nats_url(),
-        "--namespace",
-        namespace,
-        "--lease-namespace",
-        namespace,
-        "--kubeconfig",
-        &kubeconfig,
-        "--listen",
-        "127.0.0.1:0",
-        "--shards",
-        "4",
-        "--status-interval",
-        "1s",
-    ]
-    .into_iter()
-    .chain(extra.iter().copied());
-    let config = <herald_operator::Config as clap::Parser>::try_parse_from(args).expect("flags");
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(herald_operator::run(config, async move {
-        let _ = rx.await;
-    }));
-    tx
+    herald_e2e::start_operator(env(), namespace, extra)
 }
 
 #[tokio::test]

@@ -14,11 +14,14 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures::StreamExt;
-use herald_core::dataplane::{DELIVERIES_STREAM, EndpointConfig, LANE_PREFIX};
+use herald_core::dataplane::{DELIVERIES_STREAM, EndpointConfig, LANE_PREFIX, TenantPolicy};
 use herald_dispatcher::index::Index;
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint, spawn_dispatcher, until_applied};
 use herald_e2e::receiver::{Behavior, Receiver};
-use herald_e2e::{env, eventually, unique_name};
+use herald_e2e::{TestContext, env, eventually, unique_name};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -214,4 +217,81 @@ async fn slow_endpoints_of_one_tenant_leave_another_tenants_latency_alone() {
     );
     remove(&dp, &slow, &configs_slow).await;
     remove(&dp, &steady, &configs_steady).await;
+}
+
+/// A Namespace's annotations set its tenant's share: the operator publishes them as the
+/// tenant's policy, the dispatchers apply it, and with `herald.dev/weight: "3"` the
+/// tenant gets three attempts for each of another's (within its cap). An annotation that
+/// does not parse is left out.
+#[tokio::test]
+async fn a_namespace_weight_gives_its_tenant_that_many_turns() {
+    let _serial = one_at_a_time().await;
+    let index = dispatcher();
+    let ctx = TestContext::new("weighted").await;
+    let namespaces: Api<Namespace> = Api::all(env().client().await);
+    let annotations = json!({"metadata": {"annotations": {
+        "herald.dev/weight": "3", "herald.dev/max-in-flight": "many"}}});
+    namespaces
+        .patch(
+            &ctx.namespace,
+            &PatchParams::default(),
+            &Patch::Merge(&annotations),
+        )
+        .await
+        .expect("annotating the namespace");
+    let stop_operator = herald_e2e::start_operator(env(), &ctx.namespace, &[]);
+    let want = TenantPolicy {
+        weight: Some(3),
+        max_in_flight: None,
+    };
+    eventually(
+        "the dispatcher applying the tenant policy",
+        WAIT,
+        || async { (index.tenant(&ctx.namespace) == Some(want)).then_some(()) },
+    )
+    .await;
+
+    let dp = DataPlane::new(env().nats().await).await;
+    let rx = Receiver::start().await;
+    let light = unique_name("light");
+    let spec = json!({"delivery": {"maxInFlight": 16}});
+    for path in ["heavy", "light"] {
+        rx.behave(path, Behavior::delayed(Duration::from_millis(100)));
+    }
+    let heavy_cfg = tenant(
+        &dp,
+        &rx,
+        &ctx.namespace,
+        2,
+        &[("heavy".into(), spec.clone())],
+    )
+    .await;
+    let light_cfg = tenant(&dp, &rx, &light, 2, &[("light".into(), spec)]).await;
+    for i in 0..800 {
+        dp.publish(&ctx.namespace, "tick", json!(i)).await;
+        dp.publish(&light, "tick", json!(i)).await;
+    }
+    eventually("both tenants delivering", WAIT, || async {
+        let busy = rx.request_count("heavy") >= 100 && rx.request_count("light") >= 30;
+        busy.then_some(())
+    })
+    .await;
+    let (heavy_before, light_before) = (rx.request_count("heavy"), rx.request_count("light"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let heavy = rx.request_count("heavy") - heavy_before;
+    let light_got = rx.request_count("light") - light_before;
+    let share = heavy as f64 / (heavy + light_got) as f64;
+    println!("in 5 s: the tenant of weight 3 {heavy}, the other {light_got}");
+    // Three turns for one, within the weighted tenant's cap of 12 of the 16 slots: 75 %
+    // (equal weights share the shard evenly, see the test above).
+    assert!(
+        (0.65..=0.85).contains(&share),
+        "the weighted tenant got {:.0}% ({heavy} of {})",
+        share * 100.0,
+        heavy + light_got
+    );
+    remove(&dp, &ctx.namespace, &heavy_cfg).await;
+    remove(&dp, &light, &light_cfg).await;
+    let _ = stop_operator.send(());
+    ctx.cleanup().await;
 }

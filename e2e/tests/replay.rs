@@ -26,35 +26,8 @@ use tokio::sync::oneshot;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
-    let kubeconfig = env().kubeconfig().display().to_string();
-    let args = [
-        "herald-operator",
-        "--nats-url",
-        env().nats_url(),
-        "--namespace",
-        &ctx.namespace,
-        "--lease-namespace",
-        &ctx.namespace,
-        "--kubeconfig",
-        &kubeconfig,
-        "--listen",
-        "127.0.0.1:0",
-        "--shards",
-        "4",
-        "--allow-network",
-        "127.0.0.0/8",
-        "--allow-http",
-        "--status-interval",
-        "1s",
-    ]
-    .map(str::to_owned);
-    let config =
-        <herald_operator::Config as clap::Parser>::try_parse_from(args).expect("operator flags");
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(herald_operator::run(config, async move {
-        let _ = rx.await;
-    }));
-    tx
+    let local = ["--allow-network", "127.0.0.0/8", "--allow-http"];
+    herald_e2e::start_operator(env(), &ctx.namespace, &local)
 }
 
 fn apply(ctx: &TestContext, manifest: serde_json::Value) {

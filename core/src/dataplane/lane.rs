@@ -9,6 +9,7 @@
 
 use async_nats::HeaderMap;
 use async_nats::header::NATS_MESSAGE_ID;
+use async_nats::jetstream::message::PublishMessage;
 
 use super::{
     ENDPOINT_UID_HEADER, EVENT_ID_HEADER, EndpointConfig, ORDERING_KEY_HEADER, PUBLISHED_HEADER,
@@ -41,7 +42,37 @@ pub struct LaneMessage<'a> {
     pub origin: Origin<'a>,
 }
 
-impl LaneMessage<'_> {
+impl<'a> LaneMessage<'a> {
+    /// One event queued for `config`'s endpoint alone: the ordering key, when the
+    /// endpoint orders by one, is read from `body` (callers that queue one event for many
+    /// endpoints parse it once and fill [`Self::ordering_key`] themselves).
+    pub fn for_endpoint(
+        config: &'a EndpointConfig,
+        event_id: &'a str,
+        published_ms: u64,
+        body: &[u8],
+        origin: Origin<'a>,
+    ) -> Self {
+        let ordering_key = ordering_pointer(config).map(|pointer| {
+            let value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+            ordering_key(&value, pointer)
+        });
+        Self {
+            event_id,
+            published_ms,
+            endpoint_uid: &config.uid,
+            ordering_key,
+            origin,
+        }
+    }
+
+    /// The JetStream publish of this message with `body`.
+    pub fn publish(&self, body: bytes::Bytes) -> PublishMessage {
+        PublishMessage::build()
+            .payload(body)
+            .headers(self.headers())
+    }
+
     /// `Nats-Msg-Id`: unique per event, endpoint and reason for queueing it.
     pub fn message_id(&self) -> String {
         let base = format!("{}.{}", self.event_id, self.endpoint_uid);

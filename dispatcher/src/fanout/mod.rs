@@ -283,9 +283,7 @@ impl FanOut {
                 ordering_key,
                 origin: Origin::FanOut,
             };
-            let publish = PublishMessage::build()
-                .payload(event.body.clone())
-                .headers(message.headers());
+            let publish = message.publish(event.body.clone());
             let subject = endpoint.key.lane_subject(endpoint.config.shard, Lane::New);
             match self.js.send_publish(subject, publish).await {
                 Ok(ack) => acks.push(ack),

@@ -9,11 +9,10 @@ use std::sync::Arc;
 
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::context::PublishAckFuture;
-use async_nats::jetstream::message::PublishMessage;
 use futures::StreamExt;
 use herald_core::dataplane::{
     ATTEMPTS_STREAM, EVENTS_PREFIX, EndpointKey, Lane, LaneMessage, Origin, ReplayProgress,
-    event_id, lane, parse_event_subject,
+    event_id, parse_event_subject,
 };
 use herald_core::envelope::{self, HeaderSize};
 
@@ -112,21 +111,10 @@ impl Replay<'_> {
         body: bytes::Bytes,
     ) -> Result<PublishAckFuture, async_nats::Error> {
         let config = &self.endpoint.config;
-        let ordering_key = lane::ordering_pointer(config).map(|pointer| {
-            let value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-            lane::ordering_key(&value, pointer)
-        });
-        let message = LaneMessage {
-            event_id: id,
-            published_ms,
-            endpoint_uid: &config.uid,
-            ordering_key,
-            origin: Origin::Replay(&self.request.uid),
-        };
+        let origin = Origin::Replay(&self.request.uid);
+        let message = LaneMessage::for_endpoint(config, id, published_ms, &body, origin);
         let subject = self.endpoint.key.lane_subject(config.shard, Lane::Retry);
-        let publish = PublishMessage::build()
-            .payload(body)
-            .headers(message.headers());
+        let publish = message.publish(body);
         Ok(self.shared.layout.js.send_publish(subject, publish).await?)
     }
 

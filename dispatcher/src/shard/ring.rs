@@ -148,11 +148,15 @@ impl Ring {
                 t.turns = share.weight;
             }
             t.turns -= 1;
-            if t.ready.is_empty() {
-                t.in_order = false;
-                self.order.pop_front();
-            } else if t.turns == 0 {
-                self.order.rotate_left(1);
+            // With turns left it stays in front, even with no endpoint ready this moment:
+            // the endpoint just popped is usually pushed back before the next pop.
+            if t.turns == 0 {
+                if t.ready.is_empty() {
+                    t.in_order = false;
+                    self.order.pop_front();
+                } else {
+                    self.order.rotate_left(1);
+                }
             }
             return Some(key);
         }
@@ -291,6 +295,22 @@ mod tests {
         let mut queued = HashMap::new();
         fill(&mut ring, &mut queued, "a", 10);
         fill(&mut ring, &mut queued, "b", 10);
+        assert_eq!(serve(&mut ring, &mut queued, 12), "aaabaaabaaab");
+    }
+
+    #[test]
+    fn weights_hold_for_a_tenant_with_a_single_endpoint() {
+        let mut ring = Ring::new(EVEN);
+        ring.set_share(
+            "a",
+            Some(TenantShare {
+                weight: 3,
+                max_in_flight: 1000,
+            }),
+        );
+        let mut queued = HashMap::new();
+        fill(&mut ring, &mut queued, "a", 1);
+        fill(&mut ring, &mut queued, "b", 1);
         assert_eq!(serve(&mut ring, &mut queued, 12), "aaabaaabaaab");
     }
 
