@@ -24,7 +24,7 @@ pub mod tail;
 pub mod time;
 pub mod verify;
 
-use std::io::Read as _;
+use std::io::{IsTerminal as _, Read as _};
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
@@ -171,6 +171,11 @@ pub async fn run(cli: Cli) -> Result<bool, Error> {
     };
     match command {
         Command::Verify(args) => {
+            if std::io::stdin().is_terminal() {
+                return Err(Error::Usage(
+                    "verify reads the raw HTTP request from stdin: kubectl herald verify --secret whsec_... < request".into(),
+                ));
+            }
             let mut raw = Vec::new();
             std::io::stdin()
                 .read_to_end(&mut raw)

@@ -1,7 +1,7 @@
 //! A client of Herald's HTTP API (`herald-api`): the delivery log, redelivery,
 //! re-driving dead deliveries and test events, for one namespace.
 //!
-//! The contract is the API's (`docs/api.md`): JSON in camelCase, times in RFC 3339,
+//! The contract is the API's (`api/openapi.yaml`): JSON in camelCase, times in RFC 3339,
 //! errors as `{"error": {"code", "message"}}` with the HTTP status (and `Retry-After` on
 //! 429). Every request carries `Authorization: Bearer <token>`: the API checks it with a
 //! TokenReview and the route's verb with a SubjectAccessReview, so the plugin can do
