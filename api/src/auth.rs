@@ -207,6 +207,10 @@ impl KubeAuth {
             return Ok(None);
         };
         let user = status.user.unwrap_or_default();
+        tracing::debug!(
+            user = user.username.as_deref().unwrap_or_default(),
+            "token reviewed"
+        );
         Ok(Some(Arc::new(User {
             username: user.username.unwrap_or_default(),
             uid: user.uid.unwrap_or_default(),
@@ -273,6 +277,15 @@ impl KubeAuth {
             .await
             .map_err(|e| ApiError::unavailable("the SubjectAccessReview", e))?;
         let status = review.status.unwrap_or_default();
+        tracing::debug!(
+            user = user.username,
+            namespace,
+            resource = access.resource,
+            subresource = access.subresource,
+            verb = access.verb,
+            allowed = status.allowed,
+            "access reviewed"
+        );
         if status.allowed {
             return Ok(Ok(()));
         }

@@ -245,6 +245,16 @@ async fn rbac_decides_who_reads_and_who_publishes() {
     }
     assert!(metrics.contains("herald_api_reviews_total{kind=\"token\"}"));
     assert!(!metrics.contains(&tenant) && !metrics.contains(&producer));
+    // Tokens never reach the log (Herald and kube at debug level).
+    let log = std::fs::read_to_string(&api.log).expect("the API's log");
+    assert!(
+        log.contains("token reviewed") && log.contains("access reviewed"),
+        "{log}"
+    );
+    for token in [&tenant, &producer] {
+        let middle = &token[token.len() / 2..token.len() / 2 + 24];
+        assert!(!log.contains(middle), "a token in the API's log");
+    }
     ctx.cleanup().await;
     other.cleanup().await;
 }

@@ -17,6 +17,8 @@ pub const WAIT: Duration = Duration::from_secs(60);
 /// A running `herald-api`, stopped when dropped.
 pub struct ApiProcess {
     child: Child,
+    /// Its output (at debug level for Herald and kube), removed with it.
+    pub log: std::path::PathBuf,
     pub base: String,
     pub http: reqwest::Client,
     openapi: Option<Value>,
@@ -26,6 +28,7 @@ impl Drop for ApiProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
@@ -36,7 +39,10 @@ pub fn command(port: u16, extra: &[&str]) -> Command {
         .args(["--nats-url", env().nats_url()])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(extra)
-        .env("RUST_LOG", "info,async_nats=warn")
+        .env(
+            "RUST_LOG",
+            "info,herald_api=debug,kube=debug,async_nats=warn",
+        )
         .stdin(Stdio::null());
     command
 }
@@ -46,14 +52,18 @@ impl ApiProcess {
     pub async fn start(extra: &[&str]) -> Self {
         let kubeconfig = env().kubeconfig().display().to_string();
         let port = free_port();
+        let log = std::env::temp_dir().join(format!("herald-api-{port}.log"));
+        let file = std::fs::File::create(&log).expect("the API's log file");
         let mut args = vec!["--kubeconfig", kubeconfig.as_str()];
         args.extend_from_slice(extra);
         let child = command(port, &args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            // Logs go to stdout, errors to stderr: both into the file.
+            .stdout(file.try_clone().expect("the log file"))
+            .stderr(file)
             .spawn()
             .expect("starting herald-api");
         let mut api = Self {
+            log,
             child,
             base: format!("http://127.0.0.1:{port}"),
             http: reqwest::Client::builder()
