@@ -131,7 +131,12 @@ pub async fn list_deliveries(
         .await?;
     let queued = store.queued(&config).await?;
     let list = deliveries::summarize(records, queued, &cursor, now);
-    let page = deliveries::page(list, &filter, &cursor, limit);
+    let mut page = deliveries::page(list, &filter, &cursor, limit);
+    // Records written before the dispatcher logged the type: the page's few are looked
+    // up in the event store (a direct get each).
+    for d in page.items.iter_mut().filter(|d| d.event_type.is_none()) {
+        d.event_type = stored_type(store, &ns, &d.event_id).await?;
+    }
     Ok(Json(json!({
         "items": page.items,
         "nextCursor": page.next.map(|c| c.encode()),
@@ -192,9 +197,7 @@ pub async fn get_delivery(
     };
     let event_type = match delivery.event_type {
         Some(ty) => Some(ty),
-        None => store.event(&ns, &event_id).await?.and_then(|e| {
-            herald_core::dataplane::parse_event_subject(&e.subject).map(|(_, ty)| ty.to_owned())
-        }),
+        None => stored_type(store, &ns, &event_id).await?,
     };
     Ok(Json(json!({
         "eventId": delivery.event_id,
@@ -204,6 +207,18 @@ pub async fn get_delivery(
         "attempts": attempts,
     }))
     .into_response())
+}
+
+/// The type of a stored event, from its subject (`None`: not in the store any more).
+async fn stored_type(
+    store: &crate::store::Store,
+    namespace: &str,
+    event_id: &str,
+) -> Result<Option<String>, ApiError> {
+    let stored = store.event(namespace, event_id).await?;
+    Ok(stored.and_then(|e| {
+        herald_core::dataplane::parse_event_subject(&e.subject).map(|(_, ty)| ty.to_owned())
+    }))
 }
 
 pub async fn create_event(
