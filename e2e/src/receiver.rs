@@ -59,6 +59,9 @@ pub struct Behavior {
     pub headers: Vec<(String, String)>,
     /// A per-event rule that comes first; requests it lets through answer as above.
     pub per_event: Option<EventRule>,
+    /// A rate limiter before everything else: `(per second, burst)`, a token bucket;
+    /// a request beyond it answers 429 without `Retry-After`, as real limiters do.
+    pub rate_limit: Option<(f64, f64)>,
 }
 
 impl Default for Behavior {
@@ -68,6 +71,7 @@ impl Default for Behavior {
             delay: Duration::ZERO,
             headers: Vec::new(),
             per_event: None,
+            rate_limit: None,
         }
     }
 }
@@ -97,6 +101,14 @@ impl Behavior {
     pub fn fail_first_of_every(every: u64, status: u16) -> Self {
         Self {
             per_event: Some(EventRule::FailFirstOfEvery { every, status }),
+            ..Default::default()
+        }
+    }
+
+    /// Accepts `per_second` requests per second with bursts of `burst`; 429 beyond.
+    pub fn rate_limited(per_second: f64, burst: f64) -> Self {
+        Self {
+            rate_limit: Some((per_second, burst)),
             ..Default::default()
         }
     }
@@ -246,6 +258,8 @@ struct Inner {
     in_flight: HashMap<String, usize>,
     max_in_flight: HashMap<String, usize>,
     logs: HashMap<String, PathLog>,
+    /// Token buckets of rate-limited paths: tokens and when they were counted.
+    buckets: HashMap<String, (f64, Instant)>,
 }
 
 /// A running receiver; stops when dropped... or with the test process.
@@ -461,7 +475,21 @@ async fn handle(
             });
         }
         let event = data.map_or_else(|| webhook_id.clone(), |d| d.to_string());
+        let limited = behavior.rate_limit.is_some_and(|(per_second, burst)| {
+            let (tokens, counted) = inner_ref.buckets.get(&path).copied().unwrap_or((burst, at));
+            let tokens = (tokens + (at - counted).as_secs_f64() * per_second).min(burst);
+            let ok = tokens >= 1.0;
+            let left = if ok { tokens - 1.0 } else { tokens };
+            inner_ref.buckets.insert(path.clone(), (left, at));
+            !ok
+        });
+        let log = inner_ref.logs.entry(path.clone()).or_default();
         let plan = match &behavior.per_event {
+            _ if limited => Some(Plan::Scripted {
+                status: 429,
+                delay: Duration::ZERO,
+                headers: Vec::new(),
+            }),
             Some(EventRule::FailFirstOfEvery { every, status })
                 if nth == 0 && data.is_some_and(|d| d.rem_euclid((*every).max(1) as i64) == 0) =>
             {

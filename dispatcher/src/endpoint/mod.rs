@@ -11,6 +11,7 @@
 pub mod circuit;
 pub mod failure;
 pub mod lanes;
+pub mod learned;
 pub mod limiter;
 pub mod pace;
 mod report;
@@ -250,7 +251,7 @@ impl EndpointState {
             }
         };
         self.circuit.on_start();
-        self.pace.on_start();
+        self.pace.on_start(now);
         Some(item)
     }
 
@@ -324,17 +325,25 @@ impl EndpointState {
                 self.limiter.reset(max);
             }
             self.failures.on_success();
+            self.pace.on_success(now);
             let slow = result.latency.as_secs_f64() > 0.8 * delivery.timeout.get().as_secs_f64();
             self.limiter.on_success(slow, max);
         } else {
             let streak = self.failures.on_failure(now_ms);
-            self.limiter.on_failure(result.is_congestion());
             self.circuit
                 .on_failure(streak, &delivery.circuit_breaker, now);
-            if result.outcome == AttemptOutcome::RateLimited
-                && let Some(after) = result.retry_after
-            {
-                self.pace.hold_for(after, now);
+            match (result.outcome, result.retry_after) {
+                (AttemptOutcome::RateLimited, Some(after)) => {
+                    self.limiter.on_failure(true);
+                    self.pace.hold_for(after, now);
+                }
+                // A refusal without a pause: a rate limiter tripped; pace by rate, keep
+                // the concurrency (a slow receiver needs it for the same rate).
+                (AttemptOutcome::RateLimited, None) => {
+                    self.limiter.on_failure(false);
+                    self.pace.on_refused(now);
+                }
+                _ => self.limiter.on_failure(result.is_congestion()),
             }
         }
     }

@@ -1,10 +1,13 @@
 //! When an endpoint may start its next attempt, apart from its concurrency: the
-//! receiver's `Retry-After` and the endpoint's optional rate limit (a token bucket of
-//! `perSecond` with `burst`).
+//! receiver's `Retry-After`, the endpoint's optional rate limit (a token bucket of
+//! `perSecond` with `burst`) and the rate learned from the receiver's refusals
+//! ([`super::learned`]).
 
 use std::time::{Duration, Instant};
 
 use herald_core::v1alpha1::RateLimit;
+
+use super::learned::{Learned, Throughput};
 
 /// Longest `Retry-After` honoured; a receiver cannot park an endpoint for days.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
@@ -15,6 +18,11 @@ pub struct Pace {
     /// Tokens and when they were counted; `None` until the first attempt of an endpoint
     /// with a rate limit.
     bucket: Option<(f64, Instant)>,
+    /// Successes per second, the start of a learned rate.
+    throughput: Throughput,
+    /// Set by a refusal without `Retry-After`; forgotten after a quiet minute.
+    learned: Option<Box<Learned>>,
+    last_start: Option<Instant>,
 }
 
 impl Pace {
@@ -26,6 +34,13 @@ impl Pace {
             }
             self.not_before = None;
         }
+        if let Some(learned) = &mut self.learned {
+            if learned.forget(now) {
+                self.learned = None;
+            } else if let Some(at) = learned.wait(now) {
+                return Some(at);
+            }
+        }
         let rate = rate?;
         let per_second = f64::from(rate.per_second.max(1));
         let burst = f64::from(rate.burst.unwrap_or(rate.per_second).max(1));
@@ -36,11 +51,35 @@ impl Pace {
         (tokens < 1.0).then(|| now + Duration::from_secs_f64((1.0 - tokens) / per_second))
     }
 
-    /// An attempt started: it spends a token.
-    pub fn on_start(&mut self) {
+    /// An attempt started: it spends a token (of each bucket in force).
+    pub fn on_start(&mut self, now: Instant) {
         if let Some((tokens, _)) = &mut self.bucket {
             *tokens -= 1.0;
         }
+        if let Some(learned) = &mut self.learned {
+            let since = self.last_start.map_or(Duration::ZERO, |t| now - t);
+            learned.on_start(since, self.throughput.per_second(now));
+        }
+        self.last_start = Some(now);
+    }
+
+    pub fn on_success(&mut self, now: Instant) {
+        self.throughput.on_success(now);
+    }
+
+    /// The receiver refused a request without saying for how long: pace by a learned
+    /// rate from now on (or cut it).
+    pub fn on_refused(&mut self, now: Instant) {
+        let accepted = self.throughput.per_second(now);
+        match &mut self.learned {
+            Some(learned) => learned.on_refused(now, accepted),
+            None => self.learned = Some(Box::new(Learned::new(accepted, now))),
+        }
+    }
+
+    /// The rate learned from refusals, if one is in force.
+    pub fn learned_rate(&self) -> Option<f64> {
+        self.learned.as_ref().map(|l| l.rate())
     }
 
     /// The receiver asked for a pause (`Retry-After` on 429/503), capped.
@@ -87,7 +126,7 @@ mod tests {
         let mut p = Pace::default();
         for _ in 0..2 {
             assert_eq!(p.wait(Some(&rate), now), None);
-            p.on_start();
+            p.on_start(now);
         }
         let at = p.wait(Some(&rate), now).expect("the burst is spent");
         assert_eq!(at, now + Duration::from_millis(100));

@@ -1,0 +1,234 @@
+//! A request rate learned from a receiver's refusals (429 without `Retry-After`): real
+//! rate limiters trip on bursts, not on the average, and a concurrency limit alone does
+//! not pace a fast receiver (one request at a time to a receiver answering in 1 ms is
+//! 1,000 requests/s). So after a refusal the endpoint is paced by a token bucket whose
+//! rate starts at the throughput the receiver just accepted, grows while nothing is
+//! refused — doubling per second until the next refusal (the estimate may come from a
+//! burst's first milliseconds), 5 % per second after — and is cut by a quarter on a refusal (once per second, however
+//! many requests of one burst come back refused). Its burst is a twentieth of a second's
+//! worth, so Herald never sends the bursts that trip limiters. A minute without a
+//! refusal forgets it.
+
+use std::time::{Duration, Instant};
+
+const CUT: f64 = 0.75;
+const GROWTH_PER_SECOND: f64 = 0.05;
+const MIN_RATE: f64 = 1.0;
+const CUT_GAP: Duration = Duration::from_secs(1);
+const FORGET_AFTER: Duration = Duration::from_secs(60);
+
+/// Successes per second, counted in whole seconds (the current and the previous one).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Throughput {
+    second: Option<Instant>,
+    current: u32,
+    previous: u32,
+}
+
+impl Throughput {
+    fn roll(&mut self, now: Instant) {
+        let start = *self.second.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(start);
+        if elapsed >= Duration::from_secs(2) {
+            (self.previous, self.current) = (0, 0);
+            self.second = Some(now);
+        } else if elapsed >= Duration::from_secs(1) {
+            (self.previous, self.current) = (self.current, 0);
+            self.second = Some(start + Duration::from_secs(1));
+        }
+    }
+
+    pub fn on_success(&mut self, now: Instant) {
+        self.roll(now);
+        self.current = self.current.saturating_add(1);
+    }
+
+    /// Successes in about the last second.
+    pub fn per_second(&mut self, now: Instant) -> f64 {
+        self.roll(now);
+        let into = self
+            .second
+            .map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64());
+        // The previous second's part that is still within the last second.
+        f64::from(self.current) + f64::from(self.previous) * (1.0 - into).max(0.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learned {
+    rate: f64,
+    tokens: f64,
+    counted: Instant,
+    last_cut: Instant,
+    slow_start: bool,
+}
+
+impl Learned {
+    /// The first refusal: start at what the receiver accepted in the last second.
+    pub fn new(accepted_per_second: f64, now: Instant) -> Self {
+        let rate = (accepted_per_second * CUT).max(MIN_RATE);
+        Self {
+            rate,
+            tokens: 0.0,
+            counted: now,
+            last_cut: now,
+            slow_start: true,
+        }
+    }
+
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    fn burst(&self) -> f64 {
+        (self.rate / 20.0).max(1.0)
+    }
+
+    /// `Some(at)` when the next request must wait until `at`; `None` also once it is
+    /// forgotten (`forget` then says so).
+    pub fn wait(&mut self, now: Instant) -> Option<Instant> {
+        let dt = now.saturating_duration_since(self.counted).as_secs_f64();
+        self.counted = now;
+        self.tokens = (self.tokens + dt * self.rate).min(self.burst());
+        (self.tokens < 1.0).then(|| now + Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+    }
+
+    /// A request started: it spends a token, and the rate grows with the time spent
+    /// sending at it — never beyond twice what the receiver accepted in the last second
+    /// (`accepted`), so a rate that is not what holds the requests back (the concurrency
+    /// limit or the receiver's latency is) cannot grow out of reach.
+    pub fn on_start(&mut self, since_last_start: Duration, accepted: f64) {
+        self.tokens -= 1.0;
+        let dt = since_last_start.min(Duration::from_secs(1)).as_secs_f64();
+        let growth = if self.slow_start {
+            2f64.powf(dt)
+        } else {
+            1.0 + GROWTH_PER_SECOND * dt
+        };
+        let ceiling = (2.0 * accepted).max(MIN_RATE * 20.0);
+        self.rate = (self.rate * growth).min(ceiling.max(self.rate));
+    }
+
+    /// The receiver refused a request (429 without `Retry-After`) after accepting
+    /// `accepted` in the last second: the rate goes a quarter below the lower of the two.
+    pub fn on_refused(&mut self, now: Instant, accepted: f64) {
+        if now.saturating_duration_since(self.last_cut) < CUT_GAP {
+            return;
+        }
+        self.last_cut = now;
+        self.slow_start = false;
+        let base = if accepted >= MIN_RATE {
+            self.rate.min(accepted)
+        } else {
+            self.rate
+        };
+        self.rate = (base * CUT).max(MIN_RATE);
+        self.tokens = self.tokens.min(0.0);
+    }
+
+    /// Whether nothing was refused for long enough to stop pacing.
+    pub fn forget(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_cut) >= FORGET_AFTER
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A receiver that accepts `per_second` with bursts of `burst` (a token bucket) and
+    /// answers in `latency`; Herald with `concurrency` requests at a time, paced by what
+    /// it learns. Returns (accepted, refused) over `seconds`.
+    fn simulate(per_second: f64, burst: f64, latency: Duration, concurrency: usize) -> (u32, u32) {
+        let start = Instant::now();
+        let step = Duration::from_micros(500);
+        let (mut accepted, mut refused) = (0, 0);
+        let mut receiver = (burst, start);
+        let mut throughput = Throughput::default();
+        let mut learned: Option<Learned> = None;
+        let mut in_flight: Vec<(Instant, bool)> = Vec::new();
+        let mut last_start = start;
+        let mut now = start;
+        while now < start + Duration::from_secs(30) {
+            // Answers that are due.
+            in_flight.retain(|(at, ok)| {
+                if *at > now {
+                    return true;
+                }
+                if *ok {
+                    throughput.on_success(now);
+                } else {
+                    let accepted = throughput.per_second(now);
+                    match &mut learned {
+                        Some(l) => l.on_refused(now, accepted),
+                        None => learned = Some(Learned::new(throughput.per_second(now), now)),
+                    }
+                }
+                false
+            });
+            while in_flight.len() < concurrency {
+                if learned.as_mut().and_then(|l| l.wait(now)).is_some() {
+                    break;
+                }
+                if let Some(l) = &mut learned {
+                    l.on_start(now - last_start, throughput.per_second(now));
+                }
+                last_start = now;
+                let (tokens, at) = receiver;
+                let tokens = (tokens + (now - at).as_secs_f64() * per_second).min(burst);
+                let ok = tokens >= 1.0;
+                receiver = (if ok { tokens - 1.0 } else { tokens }, now);
+                if ok {
+                    accepted += 1;
+                } else {
+                    refused += 1;
+                }
+                in_flight.push((now + latency, ok));
+            }
+            now += step;
+        }
+        println!(
+            "accepted {accepted}, refused {refused} (ideal {})",
+            per_second * 30.0
+        );
+        (accepted, refused)
+    }
+
+    #[test]
+    fn a_fast_receiver_limited_to_200_per_second_is_drained_near_its_rate() {
+        // 1 ms answers: a single request at a time would be 1,000 requests/s.
+        let (accepted, refused) = simulate(200.0, 20.0, Duration::from_millis(1), 4);
+        let ideal = 200.0 * 30.0;
+        assert!(f64::from(accepted) >= ideal / 1.5, "{accepted} of {ideal}");
+        let share = f64::from(refused) / f64::from(accepted + refused);
+        assert!(share < 0.05, "{refused} refused ({:.1}%)", share * 100.0);
+    }
+
+    #[test]
+    fn a_slow_receiver_limited_to_200_per_second_is_drained_near_its_rate() {
+        // 100 ms answers: 20 at a time are needed for 200/s.
+        let (accepted, refused) = simulate(200.0, 20.0, Duration::from_millis(100), 64);
+        let ideal = 200.0 * 30.0;
+        assert!(f64::from(accepted) >= ideal / 1.5, "{accepted} of {ideal}");
+        let share = f64::from(refused) / f64::from(accepted + refused);
+        assert!(share < 0.05, "{refused} refused ({:.1}%)", share * 100.0);
+    }
+
+    #[test]
+    fn the_rate_is_cut_once_per_burst_and_forgotten_when_quiet() {
+        let now = Instant::now();
+        let mut l = Learned::new(200.0, now);
+        assert_eq!(l.rate(), 150.0);
+        l.on_refused(now + Duration::from_millis(100), 200.0);
+        assert_eq!(l.rate(), 150.0, "the same burst");
+        l.on_refused(now + Duration::from_secs(2), 200.0);
+        assert_eq!(l.rate(), 112.5);
+        // A rate above what was accepted is cut from what was accepted.
+        let mut l = Learned::new(100.0, now);
+        l.rate = 400.0;
+        l.on_refused(now + Duration::from_secs(2), 200.0);
+        assert_eq!(l.rate(), 150.0);
+        assert!(!l.forget(now + Duration::from_secs(30)));
+        assert!(l.forget(now + Duration::from_secs(62)));
+    }
+}
