@@ -15,8 +15,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use async_nats::jetstream::message::PublishMessage;
-use herald_core::dataplane::lane::{self, LaneMessage, Origin};
+use herald_core::dataplane::lane::{LaneMessage, Origin};
 use herald_core::dataplane::{DeliveryState, EndpointConfig, Lane, event_id, event_subject};
 use herald_core::envelope::{self, HeaderSize};
 use herald_core::pattern::Pattern;
@@ -57,21 +56,10 @@ async fn publish(
     body: bytes::Bytes,
     request: &str,
 ) -> Result<(), ApiError> {
-    let ordering_key = lane::ordering_pointer(config).map(|pointer| {
-        let value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-        lane::ordering_key(&value, pointer)
-    });
-    let message = LaneMessage {
-        event_id: id,
-        published_ms,
-        endpoint_uid: &config.uid,
-        ordering_key,
-        origin: Origin::Redeliver(request),
-    };
+    let origin = Origin::Redeliver(request);
+    let message = LaneMessage::for_endpoint(config, id, published_ms, &body, origin);
     let subject = config.key().lane_subject(config.shard, Lane::Retry);
-    let publish = PublishMessage::build()
-        .payload(body)
-        .headers(message.headers());
+    let publish = message.publish(body);
     store
         .js
         .send_publish(subject, publish)

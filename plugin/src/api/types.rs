@@ -3,14 +3,21 @@
 //! know are ignored here and kept in the raw JSON `-o json` prints.
 
 use jiff::Timestamp;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+
+/// A string the API may send as `null`: empty then.
+fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
 
 /// One delivery (an event to this endpoint) as the log lists it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
     pub event_id: String,
-    #[serde(rename = "type", default)]
+    /// Empty when the API does not know it (`null`: an event past retention whose
+    /// attempt records predate the type field).
+    #[serde(rename = "type", default, deserialize_with = "null_as_empty")]
     pub event_type: String,
     /// `pending`, `inFlight`, `succeeded`, `retrying` or `dead`.
     pub state: String,
@@ -40,7 +47,9 @@ pub struct Page {
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryDetail {
     pub event_id: String,
-    #[serde(rename = "type", default)]
+    /// Empty when the API does not know it (`null`: an event past retention whose
+    /// attempt records predate the type field).
+    #[serde(rename = "type", default, deserialize_with = "null_as_empty")]
     pub event_type: String,
     pub state: String,
     #[serde(default)]
@@ -117,6 +126,15 @@ impl Query {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_type_reads_as_empty() {
+        let d: Delivery = serde_json::from_value(serde_json::json!({
+            "eventId": "evt_1", "type": null, "state": "dead", "attempts": 3,
+        }))
+        .unwrap();
+        assert_eq!((d.event_type.as_str(), d.state.as_str()), ("", "dead"));
+    }
 
     #[test]
     fn query_pairs_use_the_contract_names_and_skip_unset_ones() {
