@@ -61,3 +61,11 @@ lint: ## Clippy with warnings as errors
 bench: e2e-tools ## Run the benchmark (release build) and write docs/benchmark.md
 	cargo build --release -p herald-e2e --bins
 	$(CARGO_TARGET_DIR)/release/herald-bench --report docs/benchmark.md
+
+.PHONY: scale
+scale: e2e-tools ## The control plane at scale against a fresh test environment: ENDPOINTS (default 20000) WebhookEndpoints Ready and receiving traffic; report appended to SCALE_REPORT (docs/scale.md explains)
+	cargo build --release -p herald-e2e --bin herald-scale --bin herald-test-operator --bin herald-test-dispatcher
+	scripts/testenv.sh up $(TESTENV_DIR)-scale
+	HERALD_TESTENV_DIR=$(TESTENV_DIR)-scale $(CARGO_TARGET_DIR)/release/herald-scale \
+		--endpoints $(or $(ENDPOINTS),20000) --report $(or $(SCALE_REPORT),scale-report.md) $(SCALE_FLAGS); \
+		rc=$$?; scripts/testenv.sh down $(TESTENV_DIR)-scale; exit $$rc

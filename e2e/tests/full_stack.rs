@@ -53,6 +53,9 @@ fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
         "--allow-http",
         "--status-interval",
         "1s",
+        // This test follows lastDelivery, a gauge (refreshed every 5 min by default).
+        "--status-refresh",
+        "1s",
         "--lease-duration",
         "5s",
         "--lease-renew",

@@ -34,6 +34,13 @@ pub struct Config {
     #[arg(long, env = "HERALD_STATUS_INTERVAL", default_value = "10s", value_parser = herald_core::duration::parse_std)]
     pub status_interval: Duration,
 
+    /// Shortest time between two status writes of one endpoint when only its gauges moved
+    /// (last delivery, backlog, oldest pending, p95 latency, concurrency limit) and nothing
+    /// a user acts on did (state, conditions, circuit, success rate, last outcome). At
+    /// scale, these refreshes are most of the status writes: see docs/scale.md.
+    #[arg(long, env = "HERALD_STATUS_REFRESH", default_value = "5m", value_parser = herald_core::duration::parse_std)]
+    pub status_refresh: Duration,
+
     /// Address of `/metrics`, `/healthz` and `/readyz` (port 0: any free port).
     #[arg(long, env = "HERALD_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
@@ -94,6 +101,7 @@ mod tests {
         let config = Config::try_parse_from(["herald-operator"]).unwrap();
         assert_eq!(config.shards, 16);
         assert_eq!(config.status_interval, Duration::from_secs(10));
+        assert_eq!(config.status_refresh, Duration::from_secs(300));
         assert_eq!(config.lease_duration, Duration::from_secs(15));
         assert_eq!(config.lease_renew, Duration::from_secs(5));
         assert_eq!(config.listen.port(), 8080);

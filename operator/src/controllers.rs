@@ -16,14 +16,19 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use futures::{Stream, StreamExt};
 use herald_core::ssrf::AddressPolicy;
+use herald_core::v1alpha1::SigningSecret;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
+use crate::health::coalesce::Pacing;
 use crate::metrics::{EndpointStates, Metrics};
-use crate::reconcile::Plumbing;
+use crate::reconcile::{self, Guarded, Plumbing};
 use crate::{endpoint, health, nats, replay, signing_secret, tenants};
 
 /// What every term is built from.
@@ -35,6 +40,8 @@ pub struct Setup {
     pub egress: Arc<herald_core::egress::Egress>,
     pub shards: u32,
     pub status_interval: Duration,
+    /// Shortest time between two writes of an endpoint's gauges alone.
+    pub status_refresh: Duration,
     /// The namespaces served; empty: all of them.
     pub namespaces: Vec<String>,
     /// Serving all namespaces: watch generated Secrets cluster-wide too.
@@ -66,6 +73,33 @@ impl Setup {
         let recorder = Recorder::new(self.client.clone(), reporter);
         Plumbing::new(kind, self.client.clone(), recorder, self.metrics.clone())
     }
+}
+
+/// The one watch of `SigningSecret`s of a scope: its store, the stream that drives it
+/// (polled by the SigningSecret controller) and a second subscriber for the endpoint
+/// controller.
+#[allow(clippy::type_complexity)]
+fn secret_watch(
+    client: Client,
+    namespace: Option<&str>,
+) -> (
+    Store<Guarded<SigningSecret>>,
+    impl Stream<Item = Result<Guarded<SigningSecret>, watcher::Error>> + Send + 'static,
+    impl Stream<Item = Arc<Guarded<SigningSecret>>> + Send + 'static,
+) {
+    let (reader, writer) = reflector::store_shared(256);
+    let events = writer.subscribe();
+    let stream = watcher(
+        crate::scoped_api::<Guarded<SigningSecret>>(client, namespace),
+        watcher::Config::default(),
+    )
+    .backoff(reconcile::watch_backoff())
+    .modify(reconcile::slim)
+    .reflect_shared(writer)
+    .applied_objects();
+    // A shared store always has subscribers; `None` would only mean it was not shared.
+    let events = futures::stream::iter(events).flatten();
+    (reader, stream, events)
 }
 
 impl Term {
@@ -114,16 +148,23 @@ impl Term {
             setup.buckets.health.clone(),
             published.clone(),
             health_tx,
-            setup.status_interval,
+            Pacing {
+                interval: setup.status_interval,
+                refresh: setup.status_refresh,
+            },
             namespace.clone(),
             stop.clone(),
         ));
+        let (secret_store, secret_stream, secret_events) =
+            secret_watch(setup.client.clone(), namespace.as_deref());
         let secrets = signing_secret::Context {
             plumbing: setup.plumbing(signing_secret::KIND),
             config_kv: setup.buckets.config.clone(),
         };
         tasks.spawn(signing_secret::run(
             Arc::new(secrets),
+            secret_stream,
+            secret_store.clone(),
             namespace.clone(),
             watch_secrets,
             stop.clone(),
@@ -135,6 +176,7 @@ impl Term {
             egress: setup.egress.clone(),
             shards: setup.shards,
             states: states.clone(),
+            secrets: secret_store,
         };
         let writer = health::writer::Parts {
             plumbing: setup.plumbing(health::writer::KIND),
@@ -145,6 +187,7 @@ impl Term {
             Arc::new(endpoints),
             writer,
             health_rx,
+            secret_events,
             namespace.clone(),
             stop.clone(),
         ));

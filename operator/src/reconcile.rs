@@ -49,6 +49,37 @@ pub type Guarded<K> = DeserializeGuard<K>;
 /// `herald_core::names::FIELD_MANAGER` owns everything else Herald writes.
 pub const HEALTH_FIELD_MANAGER: &str = "herald.dev/operator-health";
 
+/// The annotation `kubectl apply` (client-side) leaves: a copy of the whole manifest.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what no reconcile reads before an object enters a controller's store:
+/// `managedFields` (one entry per field manager, often larger than the object) and the
+/// client-side apply annotation. Writes are server-side applies and patches that do not
+/// send these fields, so nothing is lost. Applied to every watch event with
+/// `WatchStreamExt::modify`, so a cached object costs what reconciling needs.
+pub fn slim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
+/// Reconciles of one controller that run at once. kube-runtime's default is unbounded:
+/// creating 20,000 endpoints then starts thousands of reconciles together, each holding
+/// its own connection to the API server (HTTP/1.1), and the test environment's API
+/// server ran out of file descriptors (docs/scale.md). Sixteen keep the API server busy
+/// (each reconcile waits on it, not on the CPU) with a bounded number of connections.
+pub const CONCURRENCY: u16 = 16;
+
+/// The controller configuration every controller uses: [`CONCURRENCY`].
+pub fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().concurrency(CONCURRENCY)
+}
+
 /// First retry after a failure.
 const RETRY_BASE: Duration = Duration::from_secs(1);
 /// Longest wait between two retries of one object.
@@ -285,6 +316,55 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use herald_core::v1alpha1::WebhookEndpoint;
+
+    #[test]
+    fn slim_keeps_what_reconciling_reads_and_drops_the_rest() {
+        let mut obj: WebhookEndpoint = serde_json::from_value(json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+            "metadata": {
+                "name": "orders", "namespace": "shop", "uid": "u1", "generation": 3,
+                "resourceVersion": "42", "finalizers": ["herald.dev/delivery-cleanup"],
+                "annotations": {
+                    LAST_APPLIED: "{\"spec\":{}}",
+                    "herald.dev/enable": "1"
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:url": {}}}}]
+            },
+            "spec": {"url": "https://hooks.example.com/", "eventTypes": ["order.*"],
+                "secretRef": {"name": "s"}},
+            "status": {"observedGeneration": 3}
+        }))
+        .unwrap();
+        let before = obj.clone();
+        slim(&mut obj);
+        assert_eq!(obj.metadata.managed_fields, None);
+        let annotations = obj.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(annotations.len(), 1, "{annotations:?}");
+        assert_eq!(
+            annotations.get("herald.dev/enable").map(String::as_str),
+            Some("1")
+        );
+        assert_eq!(obj.spec, before.spec);
+        assert_eq!(obj.status, before.status);
+        assert_eq!(
+            (
+                &obj.metadata.uid,
+                &obj.metadata.generation,
+                &obj.metadata.finalizers
+            ),
+            (
+                &before.metadata.uid,
+                &before.metadata.generation,
+                &before.metadata.finalizers
+            )
+        );
+        let mut bare = before.clone();
+        bare.metadata.annotations = Some([(LAST_APPLIED.to_owned(), String::new())].into());
+        slim(&mut bare);
+        assert_eq!(bare.metadata.annotations, None);
+    }
 
     #[test]
     fn retries_back_off_exponentially_with_jitter_up_to_a_cap() {

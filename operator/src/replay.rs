@@ -393,7 +393,8 @@ pub async fn run(
     let controller = Controller::new(
         crate::scoped_api::<Guarded>(client.clone(), namespace.as_deref()),
         watcher::Config::default(),
-    );
+    )
+    .with_config(reconcile::controller_config());
     let store = controller.store();
     controller
         // A replay waiting for its endpoint becomes valid when the endpoint appears.

@@ -288,6 +288,10 @@ impl Operators {
             "--allow-http",
             "--status-interval",
             "1s",
+            // The fault suite follows lastDelivery, a gauge (refreshed every 5 min by
+            // default).
+            "--status-refresh",
+            "1s",
             "--lease-duration",
             "5s",
             "--lease-renew",

@@ -18,7 +18,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 
 use super::build::{self, Publication};
 use super::validate::{self, Invalid, Lookup};
@@ -54,16 +55,21 @@ async fn dereference(obj: &WebhookEndpoint, ns: &str, ctx: &Context) -> Result<O
         Ok(url) => validate::lookup(url).await,
         Err(_) => None,
     };
-    let secrets: Api<crate::reconcile::Guarded<SigningSecret>> =
-        Api::namespaced(ctx.plumbing.client.clone(), ns);
+    // From the shared watch's store, not a GET: a reconcile costs the API server nothing
+    // but its status write. Until the store's first list is in, an absent secret would be
+    // a false "not found".
+    ctx.secrets
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::StoreGone)?;
+    let name = &obj.spec.secret_ref.name;
     // One that does not decode counts as one without a usable key.
-    let secret = secrets
-        .get_opt(&obj.spec.secret_ref.name)
-        .await?
-        .map(|guard| {
-            guard
-                .0
-                .unwrap_or_else(|_| undecodable_secret(&obj.spec.secret_ref.name))
+    let secret = ctx
+        .secrets
+        .get(&ObjectRef::new(name).within(ns))
+        .map(|guard| match &guard.0 {
+            Ok(secret) => secret.clone(),
+            Err(_) => undecodable_secret(name),
         });
     let current = read_config(ctx, &EndpointKey::new(ns, &obj.name_any())).await?;
     Ok(Observed {

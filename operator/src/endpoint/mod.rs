@@ -25,8 +25,8 @@ pub mod validate;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
+use futures::{Stream, StreamExt};
 use herald_core::names;
 use herald_core::ssrf::AddressPolicy;
 use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
@@ -54,6 +54,8 @@ pub enum Error {
     Nats(#[from] nats::Error),
     #[error("object has no namespace")]
     NoNamespace,
+    #[error("the SigningSecret store stopped")]
+    StoreGone,
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
 }
@@ -64,6 +66,7 @@ impl Categorized for Error {
             Error::Kube(_) => "kube",
             Error::Nats(_) => "nats",
             Error::NoNamespace => "invalid",
+            Error::StoreGone => "store",
             Error::Finalizer(e) => reconcile::finalizer_category(e),
         }
     }
@@ -78,6 +81,9 @@ pub struct Context {
     /// The `state` label of every endpoint, for the gauge (set by the health writer,
     /// forgotten here on deletion).
     pub states: Arc<EndpointStates>,
+    /// The `SigningSecret`s of the scope (the shared watch of `crate::controllers`):
+    /// reconciles read the endpoint's secret here, not with a GET each.
+    pub secrets: reflector::Store<reconcile::Guarded<SigningSecret>>,
 }
 
 /// The controller's entry point.
@@ -156,6 +162,7 @@ pub async fn run(
     ctx: Arc<Context>,
     writer: health::writer::Parts,
     health: UnboundedReceiver<ObjectRef<Guarded>>,
+    signing_secrets: impl Stream<Item = Arc<reconcile::Guarded<SigningSecret>>> + Send + 'static,
     namespace: Option<String>,
     stop: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
@@ -170,22 +177,21 @@ pub async fn run(
         watcher::Config::default(),
     )
     .backoff(reconcile::watch_backoff())
+    .modify(reconcile::slim)
     .reflect_shared(store_writer)
     .applied_objects()
     .predicate_filter(relevant, Default::default());
     let store = reader.clone();
     let endpoint_controller = Controller::for_stream(endpoints, reader.clone())
+        .with_config(reconcile::controller_config())
         // A SigningSecret that appears or changes re-validates the endpoints using it.
-        .watches(
-            crate::scoped_api::<reconcile::Guarded<SigningSecret>>(client, namespace.as_deref()),
-            watcher::Config::default(),
-            move |secret| using(&store, &secret),
-        )
+        .watches_shared_stream(signing_secrets, move |secret| using(&store, &secret))
         .trigger_backoff(reconcile::watch_backoff())
         .graceful_shutdown_on(stop.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {});
     let health_writer = Controller::for_shared_stream(subscriber, reader.clone())
+        .with_config(reconcile::controller_config())
         .reconcile_on(health)
         .graceful_shutdown_on(stop)
         .run(

@@ -34,10 +34,13 @@ pub fn state(ready: bool, paused: bool, health: Option<&EndpointHealth>) -> Opti
     })
 }
 
+/// Unix milliseconds as a status time, in whole seconds: the API server stores
+/// `metav1.Time` to the second, so a rendering with milliseconds would never equal the
+/// stored status and every health publication would be written again.
 fn time_ms(ms: u64) -> Option<Time> {
-    i64::try_from(ms)
+    i64::try_from(ms / 1000)
         .ok()
-        .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+        .and_then(|s| Timestamp::from_second(s).ok())
         .map(Time)
 }
 
@@ -269,6 +272,25 @@ mod tests {
             "rendering is stable"
         );
         assert_eq!(super::status(&endpoint(false), None, &now()).state, None);
+    }
+
+    #[test]
+    fn times_are_whole_seconds_as_the_api_server_stores_them() {
+        let mut h = health(Some(EndpointState::Active), None);
+        h.oldest_pending_ms = Some(1_800_000_000_999);
+        h.first_failure_ms = Some(1_800_000_001_001);
+        let rendered = status(&endpoint(true), Some(&h), &now());
+        let stored: WebhookEndpointStatus =
+            serde_json::from_value(serde_json::to_value(&rendered).unwrap()).unwrap();
+        assert_eq!(stored, rendered, "a round trip changes nothing");
+        assert_eq!(
+            rendered.oldest_pending.map(|t| t.0),
+            Some(Timestamp::from_second(1_800_000_000).unwrap())
+        );
+        assert_eq!(
+            rendered.first_failure.map(|t| t.0),
+            Some(Timestamp::from_second(1_800_000_001).unwrap())
+        );
     }
 
     #[test]

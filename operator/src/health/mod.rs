@@ -2,7 +2,8 @@
 //!
 //! Contract: [`run`] keeps the latest record per endpoint and *publishes* it into
 //! [`Published`] — what the health writer ([`writer`]) renders — at most once per endpoint
-//! per `interval` ([`coalesce`]), then triggers the writer for that endpoint. However
+//! per `interval` when something material changed, and at most once per `refresh` when
+//! only gauges moved ([`coalesce`]), then triggers the writer for that endpoint. However
 //! often dispatchers report, an endpoint's health fields change at most once per
 //! interval, and a health update costs one status patch: no DNS lookup, no API read, no
 //! KV read. [`Published::synced`] resolves once the bucket's existing records are loaded,
@@ -24,7 +25,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::endpoint::Guarded;
-use coalesce::Coalescer;
+use coalesce::{Coalescer, Pacing};
 
 /// Give up waiting for the initial records after this long: status without health is
 /// better than no status.
@@ -123,10 +124,14 @@ impl Feed {
         let record =
             decode(entry).filter(|(key, _)| namespace.is_none_or(|ns| ns == key.namespace()));
         if let Some((key, health)) = record {
-            if self.published.get(&key) == health {
+            let published = self.published.get(&key);
+            if published == health {
                 self.coalescer.cancel(&key);
-            } else if let Some(ready) = self.coalescer.offer(key, health, Instant::now()) {
-                self.publish(ready);
+            } else {
+                let material = coalesce::material(published.as_ref(), health.as_ref());
+                if let Some(ready) = self.coalescer.offer(key, health, material, Instant::now()) {
+                    self.publish(ready);
+                }
             }
         }
         if entry.delta == 0 || entry.seen_current {
@@ -140,12 +145,13 @@ pub async fn run(
     store: kv::Store,
     published: Arc<Published>,
     trigger: UnboundedSender<ObjectRef<Guarded>>,
-    interval: Duration,
+    pacing: Pacing,
     namespace: Option<String>,
     stop: impl Future<Output = ()>,
 ) {
+    let interval = pacing.interval;
     let mut feed = Feed {
-        coalescer: Coalescer::new(interval),
+        coalescer: Coalescer::new(pacing),
         published,
         trigger,
         namespace,

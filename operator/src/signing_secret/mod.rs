@@ -23,7 +23,7 @@ pub mod plan;
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use herald_core::dataplane::keyset_key;
 use herald_core::names;
 use herald_core::signing::{KeyError, generate_whsec};
@@ -34,6 +34,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, Event as Finalizer, finalizer};
+use kube::runtime::reflector::Store;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 
@@ -224,21 +225,23 @@ async fn write_secret(
     Ok(())
 }
 
-/// Runs the controller until `stop` resolves. With `watch_secrets`, the Secrets Herald
-/// generated (found by label in the watched namespace) trigger their SigningSecret, so a
-/// hand edit is picked up at once; that needs list and watch of Secrets there. Without it,
+/// Runs the controller until `stop` resolves, driven by `signing_secrets` (the shared
+/// watch of `SigningSecret`s that fills `store`; see `crate::controllers`). With
+/// `watch_secrets`, the Secrets Herald generated (found by label in the watched namespace)
+/// trigger their SigningSecret, so a hand edit is picked up at once; that needs list and
+/// watch of Secrets there (a trigger only: no Secret is cached). Without it,
 /// [`plan::RESYNC`] picks edits up.
 pub async fn run(
     ctx: Arc<Context>,
+    signing_secrets: impl Stream<Item = Result<Guarded, watcher::Error>> + Send + 'static,
+    store: Store<Guarded>,
     namespace: Option<String>,
     watch_secrets: bool,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.plumbing.client.clone();
-    let mut controller = Controller::new(
-        crate::scoped_api::<Guarded>(client.clone(), namespace.as_deref()),
-        watcher::Config::default(),
-    );
+    let mut controller =
+        Controller::for_stream(signing_secrets, store).with_config(reconcile::controller_config());
     if watch_secrets {
         controller = controller.owns(
             crate::scoped_api::<Secret>(client, namespace.as_deref()),
