@@ -25,7 +25,7 @@ mod sending;
 #[path = "replay/support.rs"]
 mod support;
 
-use support::{WAIT, apply, start_operator};
+use support::{WAIT, apply, failing_endpoint, start_operator};
 
 /// A dry run counts the stored events the endpoint takes, of the replay's types, in its
 /// range — including ones published before the endpoint was configured — and sends
@@ -203,35 +203,8 @@ async fn an_only_failed_dry_run_counts_the_failed_deliveries() {
     rx.behave("orders", Behavior::fail_first_of_every(3, 400));
     let dp = DataPlane::new(env().nats().await).await;
     let from = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
-    apply(
-        &ctx,
-        json!({
-            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
-            "metadata": {"name": "orders"}, "spec": {}
-        }),
-    );
-    apply(
-        &ctx,
-        json!({
-            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
-            "metadata": {"name": "orders"},
-            "spec": {"url": rx.url("orders"), "eventTypes": ["order.*"],
-                     "secretRef": {"name": "orders"},
-                     "delivery": {"finalStatusCodes": [400]}}
-        }),
-    );
     // Configured at the dispatcher once a probe event (1, delivered) gets through.
-    eventually("the endpoint delivering", WAIT, || {
-        let (dp, rx, ns) = (dp.clone(), rx.clone(), ctx.namespace.clone());
-        async move {
-            if rx.request_count("orders") == 0 {
-                dp.publish(&ns, "order.probe", json!(1)).await;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            (rx.request_count("orders") > 0).then_some(())
-        }
-    })
-    .await;
+    failing_endpoint(&ctx, &rx, &dp, json!({})).await;
     // 0, 3, 6 and 9 fail for good.
     for i in 0..10u64 {
         dp.publish(&ctx.namespace, "order.created", json!(i)).await;

@@ -285,13 +285,7 @@ mod tests {
     #[test]
     fn weights_give_consecutive_turns() {
         let mut ring = Ring::new(EVEN);
-        ring.set_share(
-            "a",
-            Some(TenantShare {
-                weight: 3,
-                max_in_flight: 1000,
-            }),
-        );
+        ring.set_share("a", Some(TenantShare { weight: 3, ..EVEN }));
         let mut queued = HashMap::new();
         fill(&mut ring, &mut queued, "a", 10);
         fill(&mut ring, &mut queued, "b", 10);
@@ -301,13 +295,7 @@ mod tests {
     #[test]
     fn weights_hold_for_a_tenant_with_a_single_endpoint() {
         let mut ring = Ring::new(EVEN);
-        ring.set_share(
-            "a",
-            Some(TenantShare {
-                weight: 3,
-                max_in_flight: 1000,
-            }),
-        );
+        ring.set_share("a", Some(TenantShare { weight: 3, ..EVEN }));
         let mut queued = HashMap::new();
         fill(&mut ring, &mut queued, "a", 1);
         fill(&mut ring, &mut queued, "b", 1);
