@@ -58,9 +58,22 @@ fuzz: ## Fuzz each target of fuzz/ for FUZZ_SECONDS (default 300) with cargo-fuz
 lint: ## Clippy with warnings as errors
 	cargo clippy --workspace --all-targets -- -D warnings
 
-bench: e2e-tools ## Run the benchmark (release build) and write docs/benchmark.md
+# Every scenario of issue 14 at its size, 3 runs each (recovery, memory and replicas once):
+# about 30 minutes on 2 cores, 17 of them the recovery runs (2 x 100,000 events at 200/s).
+# BENCH_FLAGS changes sizes and runs, e.g. '--runs 5 --recovery-runs 2' or
+# '--scenarios throughput,latency'; `herald-bench --help` lists them.
+bench: e2e-tools ## Run the benchmark (release build): docs/benchmark.md, its plots and data in docs/bench/ (BENCH_FLAGS)
 	cargo build --release -p herald-e2e --bins
-	$(CARGO_TARGET_DIR)/release/herald-bench --report docs/benchmark.md
+	$(CARGO_TARGET_DIR)/release/herald-bench --report docs/benchmark.md --plots docs/bench $(BENCH_FLAGS)
+
+.PHONY: bench-smoke
+bench-smoke: e2e-tools ## Every benchmark scenario at a tiny size, once; fails unless each delivered everything (the e2e test bench.rs runs the same)
+	cargo build --release -p herald-e2e --bins
+	$(CARGO_TARGET_DIR)/release/herald-bench --smoke --report $(or $(SMOKE_REPORT),/tmp/herald-bench-smoke.md) --plots $(or $(SMOKE_PLOTS),/tmp/herald-bench-smoke)
+
+.PHONY: profile
+profile: e2e-tools ## Profile a steady throughput load (perf, release build) for PROFILE_SECONDS (default 20); writes docs/bench/profile.md and flame graphs
+	scripts/profile.sh $(or $(PROFILE_SECONDS),20)
 
 .PHONY: scale
 scale: e2e-tools ## The control plane at scale against a fresh test environment: ENDPOINTS (default 20000) WebhookEndpoints Ready and receiving traffic; report appended to SCALE_REPORT (docs/scale.md explains)
@@ -69,3 +82,9 @@ scale: e2e-tools ## The control plane at scale against a fresh test environment:
 	HERALD_TESTENV_DIR=$(TESTENV_DIR)-scale $(CARGO_TARGET_DIR)/release/herald-scale \
 		--endpoints $(or $(ENDPOINTS),20000) --report $(or $(SCALE_REPORT),scale-report.md) $(SCALE_FLAGS); \
 		rc=$$?; scripts/testenv.sh down $(TESTENV_DIR)-scale; exit $$rc
+
+.PHONY: replicas
+replicas: e2e-tools ## Capacity across dispatcher replicas (1 and 3) on a fresh single NATS, then a fresh 3-node NATS cluster, each a private test environment that stops with the run; report appended to REPLICAS_REPORT (docs/capacity.md explains)
+	cargo build --release -p herald-e2e --bin herald-replicas --bin herald-test-dispatcher
+	$(CARGO_TARGET_DIR)/release/herald-replicas --nats-cluster 1 --report $(or $(REPLICAS_REPORT),replicas-report.md) $(REPLICAS_FLAGS)
+	$(CARGO_TARGET_DIR)/release/herald-replicas --nats-cluster 3 --report $(or $(REPLICAS_REPORT),replicas-report.md) $(REPLICAS_FLAGS)

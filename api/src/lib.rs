@@ -32,7 +32,7 @@ use std::time::Duration;
 pub use config::Config;
 
 use crate::auth::Auth;
-use crate::limit::Limits;
+use crate::limit::{Limits, Quotas};
 use crate::metrics::Metrics;
 use crate::store::Store;
 
@@ -60,6 +60,7 @@ pub struct App {
     pub settings: Config,
     pub auth: Auth,
     pub limits: Limits,
+    pub quotas: Quotas,
     pub metrics: Metrics,
     pub nats: async_nats::Client,
     /// Set once the streams and the bucket exist (the dispatchers create them).
@@ -112,7 +113,8 @@ pub async fn run(
             source,
         })?;
     let app = Arc::new(App {
-        limits: Limits::new(config.rate_per_namespace, config.burst_per_namespace),
+        limits: Limits::default(),
+        quotas: Quotas::default(),
         settings: config,
         auth,
         metrics,

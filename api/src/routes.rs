@@ -18,7 +18,7 @@ use crate::App;
 use crate::auth::Access;
 use crate::error::ApiError;
 use crate::handlers;
-use crate::limit::retry_after_secs;
+use crate::limit::{Quota, retry_after_secs};
 use crate::metrics::{RequestLabel, RouteLabel};
 
 /// Every route: method, path (OpenAPI's template syntax, which axum shares) and the
@@ -121,14 +121,15 @@ impl App {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         self.auth.authenticate(authorization).await?;
-        if let Err(wait) = self.limits.take(namespace, Instant::now()) {
+        let quota = self.quota(namespace).await;
+        if let Err(wait) = self.limits.take(namespace, quota, Instant::now()) {
             let secs = retry_after_secs(wait);
             let mut error = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "TooManyRequests",
                 format!(
                     "namespace {namespace} is over its API rate ({} requests/s, bursts of {}); retry after {secs} s",
-                    self.settings.rate_per_namespace, self.settings.burst_per_namespace
+                    quota.rate, quota.burst
                 ),
             );
             error.retry_after = Some(secs);
@@ -137,6 +138,34 @@ impl App {
         self.auth
             .check(authorization, namespace, access, name)
             .await
+    }
+
+    /// The namespace's quota: its tenant policy's (read at most every
+    /// [`QUOTA_TTL`](crate::limit::QUOTA_TTL)) over the defaults. When the policy cannot
+    /// be read, the last one read, else the defaults.
+    async fn quota(&self, namespace: &str) -> Quota {
+        let now = Instant::now();
+        if let Some(quota) = self.quotas.fresh(namespace, now) {
+            return quota;
+        }
+        let default = Quota::new(
+            self.settings.rate_per_namespace,
+            self.settings.burst_per_namespace,
+        );
+        let Some(store) = self.store.get() else {
+            return default;
+        };
+        match store.tenant_policy(namespace).await {
+            Ok(policy) => {
+                let quota = default.with_policy(policy.as_ref());
+                self.quotas.remember(namespace, quota, now);
+                quota
+            }
+            Err(error) => {
+                tracing::debug!(%error, namespace, "reading the tenant policy");
+                self.quotas.last(namespace).unwrap_or(default)
+            }
+        }
     }
 
     /// [`App::guard`] for a route on endpoint `name`, then the store and the endpoint's

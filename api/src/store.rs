@@ -10,8 +10,9 @@ use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use herald_core::dataplane::{
-    ATTEMPTS_STREAM, AttemptRecord, CONFIG_BUCKET, DELIVERIES_STREAM, EVENT_ID_HEADER,
-    EVENTS_STREAM, EndpointConfig, EndpointKey, Lane, PUBLISHED_HEADER, parse_event_subject,
+    ATTEMPTS_STREAM, AttemptRecord, BucketKey, CONFIG_BUCKET, DELIVERIES_STREAM, EVENT_ID_HEADER,
+    EVENTS_STREAM, EndpointConfig, EndpointKey, Lane, PUBLISHED_HEADER, TenantPolicy,
+    parse_event_subject,
 };
 
 use crate::deliveries::{Logged, Queued};
@@ -71,6 +72,25 @@ impl Store {
             events: js.get_stream(EVENTS_STREAM).await?,
             js,
         })
+    }
+
+    /// The tenant policy of `namespace` (`None`: the defaults), by direct get of
+    /// `tenant.<ns>`. One that does not decode is the defaults, with a log line.
+    pub async fn tenant_policy(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<TenantPolicy>, async_nats::Error> {
+        let key = BucketKey::Tenant(namespace.to_owned()).to_string();
+        let Some(value) = self.config.get(&key).await? else {
+            return Ok(None);
+        };
+        match serde_json::from_slice(&value) {
+            Ok(policy) => Ok(Some(policy)),
+            Err(error) => {
+                tracing::warn!(%error, key, "the tenant policy does not decode; the defaults apply");
+                Ok(None)
+            }
+        }
     }
 
     /// The endpoint's configuration, or a 404 naming it.

@@ -32,6 +32,22 @@ pub struct Config {
     /// Shortest time between two health reports of one endpoint.
     #[arg(long, env = "HERALD_HEALTH_INTERVAL", default_value = "10s", value_parser = parse_std)]
     pub health_interval: Duration,
+    /// How long an endpoint must be quiet, with nothing queued, scheduled or in flight and
+    /// nothing that must outlive it (disabled, failing, an open circuit, `Retry-After`),
+    /// before its delivery state is released: what goes is its success and latency
+    /// windows and its adaptive limit, which start again with its next event.
+    #[arg(long, env = "HERALD_RELEASE_IDLE_AFTER", default_value = "2m", value_parser = parse_std)]
+    pub release_idle_after: Duration,
+    /// Idle connections kept per receiver host (and per egress proxy). Below the attempts
+    /// in flight to one host, connections are opened and closed per delivery.
+    #[arg(long, env = "HERALD_HTTP_IDLE_PER_HOST", default_value_t = crate::http::DEFAULT_IDLE_PER_HOST)]
+    pub http_idle_per_host: usize,
+    /// Bytes all lanes of this dispatcher may buffer before they keep to their base caps
+    /// (twice an endpoint's `maxInFlight`, at most 64 items a lane). Beyond its base cap
+    /// only a delivering endpoint's lane buffers: a backlog within the budget is read
+    /// from JetStream once instead of twice.
+    #[arg(long, env = "HERALD_LANE_BUFFER_BYTES", default_value_t = crate::shard::DEFAULT_LANE_BUFFER_BYTES)]
+    pub lane_buffer_bytes: usize,
     /// How long in-flight attempts get to finish at shutdown or handover.
     #[arg(long, env = "HERALD_GRACE", default_value = "20s", value_parser = parse_std)]
     pub grace: Duration,

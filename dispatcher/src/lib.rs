@@ -27,7 +27,7 @@ use tokio::sync::watch;
 pub use config::Config;
 use supervise::{Readiness, supervise};
 
-/// kube and reqwest could each pick a TLS crypto provider; Herald's binaries install ring
+/// rustls could pick any compiled-in TLS crypto provider; Herald's binaries install ring
 /// once, in `main`. An embedding (a test) calls this before [`run`].
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -78,15 +78,22 @@ pub async fn run_with_index(
         max_event_bytes,
         limits,
         health_interval,
+        release_idle_after,
+        http_idle_per_host,
+        lane_buffer_bytes,
         grace,
         destinations,
         egress,
         listen,
         json_logs: _,
     } = config;
+    // A replica keeps the endpoints of the shards it owns and of their partitions.
+    index.scope_to(shards);
     let metrics = Arc::new(metrics::Metrics::new(index.clone()));
     metrics.shards.set(i64::from(shards));
-    let readiness = Readiness::new(&[index::PART, fanout::PART, lease::PART]);
+    // Fan-out runs with the shards (one ingest partition each) and reports `fanout` not
+    // ready while one of its workers is restarting.
+    let readiness = Readiness::new(&[index::PART, lease::PART]);
     let server = server::serve(listen, metrics.clone(), readiness.clone())
         .await
         .map_err(|source| RunError::Listen {
@@ -101,31 +108,37 @@ pub async fn run_with_index(
     .await?;
     let policy = Arc::new(destinations.policy());
     let proxy_errors = metrics.proxy_errors.clone();
-    let http = http::Client::new(policy.clone(), egress.egress()?, proxy_errors)?;
+    let http = http::Client::new(
+        policy.clone(),
+        egress.egress()?,
+        proxy_errors,
+        http_idle_per_host,
+    )?;
 
     let (stop_tx, stop) = watch::channel(false);
     let shared = shard::Shared {
-        layout,
+        layout: Arc::new(layout),
         index,
         http,
         policy,
         metrics,
         ceiling: Arc::new(tokio::sync::Semaphore::new(limits.per_dispatcher)),
+        buffers: Arc::new(shard::LaneBudget::new(lane_buffer_bytes)),
         settings: shard::ShardSettings {
+            shards,
             limits,
             health_interval,
+            release_idle_after,
             grace,
             retention,
             max_event_bytes,
         },
         replays: Arc::default(),
+        readiness: readiness.clone(),
+        nats: Arc::new(nats_args),
+        replica_id: replica_id.as_str().into(),
     };
-    let parts = Parts {
-        replica_id: replica_id.clone(),
-        shards,
-        max_event_bytes,
-    };
-    let mut tasks = start(shared, parts, readiness.clone(), stop);
+    let mut tasks = start(shared, replica_id.clone(), readiness.clone(), stop);
     tracing::info!(replica = replica_id, shards, "dispatcher running");
 
     shutdown.await;
@@ -159,30 +172,19 @@ async fn connect(
         .await?;
     let js = async_nats::jetstream::new(client.clone());
     check_server(&js, max_event_bytes + LANE_HEADER_ROOM).await?;
-    let layout = setup::ensure(&js, retention, usize::from(nats.replicas)).await?;
-    herald_core::dataplane::layout::check_shard_count(&layout.config, shards).await?;
+    let layout = setup::ensure(&js, retention, shards, usize::from(nats.replicas)).await?;
     Ok((client, layout))
 }
 
-/// What the supervised parts need besides [`shard::Shared`].
-struct Parts {
-    replica_id: String,
-    shards: u32,
-    max_event_bytes: usize,
-}
-
-/// Starts the configuration watch, fan-out and the lease loop, each supervised.
+/// Starts the configuration watch and the lease loop (which runs the shards and their
+/// fan-out), each supervised.
 fn start(
     shared: shard::Shared,
-    parts: Parts,
+    replica_id: String,
     readiness: Arc<Readiness>,
     stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinSet<()> {
-    let Parts {
-        replica_id,
-        shards,
-        max_event_bytes,
-    } = parts;
+    let shards = shared.settings.shards;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(supervise(index::PART, readiness.clone(), stop.clone(), {
         let (shared, readiness, stop) = (shared.clone(), readiness.clone(), stop.clone());
@@ -194,19 +196,6 @@ fn start(
                 readiness.clone(),
                 stop.clone(),
             )
-        }
-    }));
-    tasks.spawn(supervise(fanout::PART, readiness.clone(), stop.clone(), {
-        let (shared, readiness, stop) = (shared.clone(), readiness.clone(), stop.clone());
-        move || {
-            let fanout = fanout::FanOut {
-                js: shared.layout.fanout_js.clone(),
-                events: shared.layout.events.clone(),
-                index: shared.index.clone(),
-                metrics: shared.metrics.clone(),
-                max_event_bytes,
-            };
-            fanout.run(readiness.clone(), stop.clone())
         }
     }));
     tasks.spawn(supervise(lease::PART, readiness.clone(), stop.clone(), {

@@ -1,6 +1,14 @@
 use clap::Parser;
 use herald_dispatcher::Config;
 
+/// A delivery allocates and frees small objects on whichever worker thread its futures
+/// run (messages, headers, requests, responses); glibc's malloc spent a large part of the
+/// benchmark's allocator time consolidating and locking arenas across threads
+/// (`docs/bench/profile.md`). The benchmark's binaries use the same allocator, so what is
+/// measured is what runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();

@@ -66,6 +66,12 @@ impl NamespaceLabel {
     }
 }
 
+/// Label set of the fan-out lag: an ingest partition, or `none`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabel {
+    pub partition: String,
+}
+
 /// Label set of the dead-letter counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
@@ -112,7 +118,7 @@ pub struct Metrics {
     pub events_ingested: Counter,
     pub fanned_out: Counter,
     pub fanout_latency: Histogram,
-    pub fanout_pending: Gauge,
+    pub fanout_pending: Family<PartitionLabel, Gauge>,
     pub dead_letters: Family<ReasonLabel, Counter>,
     pub proxy_errors: Family<ProxyErrorLabel, Counter>,
     pub first_attempt_latency: Histograms<NamespaceLabel>,
@@ -123,6 +129,8 @@ pub struct Metrics {
     pub in_flight: Family<ShardLabel, Gauge>,
     pub open_circuits: Family<ShardLabel, Gauge>,
     pub disabled_endpoints: Family<ShardLabel, Gauge>,
+    pub endpoint_states: Family<ShardLabel, Gauge>,
+    pub lane_buffer_bytes: Gauge,
     pub shards: Gauge,
     pub owned_shards: Gauge,
     pub pending: Arc<PendingBoard>,
@@ -136,7 +144,7 @@ impl Metrics {
             events_ingested: Counter::default(),
             fanned_out: Counter::default(),
             fanout_latency: first_attempt_histogram(),
-            fanout_pending: Gauge::default(),
+            fanout_pending: Family::default(),
             dead_letters: Family::default(),
             proxy_errors: Family::default(),
             first_attempt_latency: Family::new_with_constructor(first_attempt_histogram),
@@ -147,6 +155,8 @@ impl Metrics {
             in_flight: Family::default(),
             open_circuits: Family::default(),
             disabled_endpoints: Family::default(),
+            endpoint_states: Family::default(),
+            lane_buffer_bytes: Gauge::default(),
             shards: Gauge::default(),
             owned_shards: Gauge::default(),
             pending: Arc::default(),
@@ -176,6 +186,10 @@ impl Metrics {
         r.register("open_circuits", help, self.open_circuits.clone());
         let help = "Endpoints disabled after sustained failure or 410 Gone";
         r.register("disabled_endpoints", help, self.disabled_endpoints.clone());
+        let help = "Endpoints whose delivery state this shard holds: those with work, recent traffic or state that must outlive them (a drained, quiet endpoint's is released)";
+        r.register("endpoint_states", help, self.endpoint_states.clone());
+        let help = "Bytes the lanes of this dispatcher buffer (bodies plus a fixed cost an item); beyond their base caps lanes buffer only while this is under --lane-buffer-bytes; refreshed once a second";
+        r.register("lane_buffer_bytes", help, self.lane_buffer_bytes.clone());
         r.register("shards", "Shards configured", self.shards.clone());
         let help = "Shards this replica holds the lease of and delivers for";
         r.register("owned_shards", help, self.owned_shards.clone());
@@ -186,7 +200,7 @@ impl Metrics {
         let help = "From the event accepted to its lane messages acknowledged";
         let latency = self.fanout_latency.clone();
         r.register("fanout_latency_seconds", help, latency);
-        let help = "Events in the ingest stream not yet fanned out (pending and unacknowledged)";
+        let help = "Events in the ingest stream not yet fanned out (pending and unacknowledged), by ingest partition this replica fans out";
         r.register("fanout_pending_events", help, self.fanout_pending.clone());
         let help = "Events that cannot be delivered at all, by reason";
         r.register("dead_letters", help, self.dead_letters.clone());
@@ -214,7 +228,7 @@ impl std::fmt::Debug for EndpointCount {
 
 impl Collector for EndpointCount {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let help = "Endpoint configurations this replica knows";
+        let help = "Endpoint configurations this replica holds: those of its shards and of its partitions' namespaces";
         let gauge = ConstGauge::new(self.0.endpoint_count() as i64);
         let metric = encoder.encode_descriptor("endpoints", help, None, MetricType::Gauge)?;
         gauge.encode(metric)

@@ -10,14 +10,14 @@ pub use herald_core::dataplane::layout::{DEFAULT_RETENTION, LEASE_TTL};
 
 /// Handles on everything the dispatcher uses.
 ///
-/// Three JetStream contexts, because a context's in-flight publish limit is shared by
-/// everything published through it: fan-out's (`fanout_js`) can fill with publishes a
-/// NATS leader change never acknowledges, and that must not stall lease renewals (the
-/// `shards` bucket has a context of its own) or the shards' schedules and health (`js`).
+/// Two JetStream contexts, because a context's in-flight publish limit is shared by
+/// everything published through it: lease renewals (the `shards` bucket) must not wait
+/// behind the shards' schedules and health (`js`). Each fan-out worker publishes through
+/// a context of its own (`crate::fanout`), so one partition's burst, or publishes a NATS
+/// leader change never acknowledges, cannot stall another partition or the shards.
 #[derive(Clone)]
 pub struct Layout {
     pub js: jetstream::Context,
-    pub fanout_js: jetstream::Context,
     pub events: stream::Stream,
     pub deliveries: stream::Stream,
     pub config: kv::Store,
@@ -26,26 +26,29 @@ pub struct Layout {
 }
 
 /// Creates or updates the streams and buckets. `retention` is the event store's window
-/// (and that of the lanes, the attempt log and the dead letters); `replicas` the
-/// JetStream replicas of each (existing streams are never lowered).
+/// (and that of the lanes, the attempt log and the dead letters); `shards` the
+/// installation's shard count, also its number of ingest partitions (checked against the
+/// recorded one before any stream is touched); `replicas` the JetStream replicas of each
+/// (existing streams are never lowered).
 pub async fn ensure(
     js: &jetstream::Context,
     retention: Duration,
+    shards: u32,
     replicas: usize,
 ) -> Result<Layout, LayoutError> {
-    let [events, deliveries, attempts, deadletter] = layout::streams(retention);
+    let config = layout::ensure_bucket(js, layout::CONFIG, replicas).await?;
+    layout::check_shard_count(&config, shards).await?;
+    let [events, deliveries, attempts, deadletter] = layout::streams(retention, shards);
     let events = layout::ensure_stream(js, &events, replicas).await?;
     let deliveries = layout::ensure_stream(js, &deliveries, replicas).await?;
     layout::ensure_stream(js, &attempts, replicas).await?;
     layout::ensure_stream(js, &deadletter, replicas).await?;
-    let client = js.client();
-    let leases = jetstream::new(client.clone());
+    let leases = jetstream::new(js.client());
     Ok(Layout {
         js: js.clone(),
-        fanout_js: jetstream::new(client),
         events,
         deliveries,
-        config: layout::ensure_bucket(js, layout::CONFIG, replicas).await?,
+        config,
         health: layout::ensure_bucket(js, layout::HEALTH, replicas).await?,
         shards: layout::ensure_bucket(&leases, layout::SHARDS, replicas).await?,
     })

@@ -55,9 +55,14 @@ impl DataPlane {
     pub async fn new(nats: async_nats::Client) -> Self {
         let js = jetstream::new(nats);
         // The dispatcher's own set-up creates everything; tests may run first.
-        herald_dispatcher::setup::ensure(&js, herald_dispatcher::setup::DEFAULT_RETENTION, 1)
-            .await
-            .expect("JetStream layout");
+        herald_dispatcher::setup::ensure(
+            &js,
+            herald_dispatcher::setup::DEFAULT_RETENTION,
+            TEST_SHARDS,
+            1,
+        )
+        .await
+        .expect("JetStream layout");
         let config = js
             .get_key_value(CONFIG_BUCKET)
             .await

@@ -8,10 +8,13 @@
 #[path = "api/support.rs"]
 mod support;
 
+#[path = "api/quota.rs"]
+mod quota;
+
 use std::collections::HashSet;
 use std::time::Duration;
 
-use herald_core::dataplane::{EVENTS_STREAM, event_subject};
+use herald_core::dataplane::{EVENTS_STREAM, STORED_PREFIX};
 use herald_core::signing::{SigningKey, verify};
 use herald_e2e::dataplane::{
     DataPlane, TEST_SECRET, endpoint, fast_retries, read_all, shared_dispatcher, until_applied,
@@ -303,7 +306,7 @@ async fn ingest_is_idempotent_and_refuses_bad_events_with_their_reason() {
     let stored = read_all(
         &dp.js,
         EVENTS_STREAM,
-        &event_subject(&ctx.namespace, "order.created"),
+        &format!("{STORED_PREFIX}.*.{}.order.created", ctx.namespace),
     )
     .await;
     assert_eq!(stored.len(), 1, "one stored event for one key");

@@ -1,14 +1,17 @@
 //! The delivery contract under faults, each in an environment of its own: a dispatcher
 //! killed with SIGKILL mid-stream loses nothing; replicas scaling up and down hand shards
-//! over without loss and without two replicas delivering for one endpoint at once.
+//! over without loss and without two replicas delivering for one endpoint at once; each
+//! replica indexes only the endpoints its shards and partitions need.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use futures::StreamExt;
-use herald_core::dataplane::{DELIVERIES_STREAM, SHARDS_BUCKET, event_subject};
-use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint};
+use herald_core::dataplane::{
+    DELIVERIES_STREAM, EndpointConfig, SHARDS_BUCKET, event_subject, partition_of,
+};
+use herald_e2e::dataplane::{DataPlane, TEST_SECRET, TEST_SHARDS, endpoint};
 use herald_e2e::receiver::{Behavior, Receiver};
 use herald_e2e::{eventually, fault_lock, private_env, stop};
 use serde_json::json;
@@ -341,9 +344,14 @@ async fn a_shard_that_cannot_run_gives_its_lease_up_and_recovers() {
     })
     .await;
 
-    herald_dispatcher::setup::ensure(&dp.js, herald_dispatcher::setup::DEFAULT_RETENTION, 1)
-        .await
-        .expect("recreating the layout");
+    herald_dispatcher::setup::ensure(
+        &dp.js,
+        herald_dispatcher::setup::DEFAULT_RETENTION,
+        herald_e2e::dataplane::TEST_SHARDS,
+        1,
+    )
+    .await
+    .expect("recreating the layout");
     eventually("the dispatcher ready again", within, || async {
         readyz(&http, port).await.filter(|(ready, _)| *ready)
     })
@@ -355,4 +363,142 @@ async fn a_shard_that_cannot_run_gives_its_lease_up_and_recovers() {
     .await;
     assert_eq!(held_leases(&dp).await.map(|l| l.len()), Some(4));
     stop(child).await;
+}
+
+/// Issue 12's "each replica holds only the configuration its shards and partitions
+/// need": two replicas of a four-shard installation each index exactly the endpoints of
+/// their two shards (they deliver to them) and of their two partitions' namespaces (they
+/// match their events) — not every endpoint; events still reach every endpoint across
+/// replicas (matched by the partition's owner, delivered by the shard's); when one
+/// replica stops, the other reads the rest before its new shards start and delivers to
+/// every endpoint.
+#[tokio::test]
+async fn each_replica_indexes_only_what_its_shards_and_partitions_need() {
+    let _faults = fault_lock().await;
+    let dp = DataPlane::new(private_env().nats().await).await;
+    let rx = Receiver::start().await;
+    let prefix = herald_e2e::unique_name("scope");
+    let mut paths = Vec::new();
+    for t in 0..8 {
+        let ns = format!("{prefix}-{t}");
+        dp.put_keys(&ns, "signing", &[TEST_SECRET]).await;
+        for i in 0..10 {
+            let (name, path) = (format!("hook-{i}"), format!("{ns}-hook-{i}"));
+            dp.put_endpoint(&endpoint(&ns, &name, json!({"url": rx.url(&path)})))
+                .await;
+            paths.push((ns.clone(), path));
+        }
+    }
+    // Every endpoint in the bucket (earlier tests' too): its namespace and shard.
+    let all = endpoints_in_bucket(&dp).await;
+    let part_of = |owned: &BTreeSet<u32>| {
+        all.iter()
+            .filter(|(ns, shard)| {
+                owned.contains(shard) || owned.contains(&partition_of(ns, TEST_SHARDS))
+            })
+            .count()
+    };
+    let (port_a, port_b) = (herald_e2e::free_port(), herald_e2e::free_port());
+    let a = spawn_dispatcher_on("scope-a", &format!("127.0.0.1:{port_a}"));
+    let b = spawn_dispatcher_on("scope-b", &format!("127.0.0.1:{port_b}"));
+    let within = Duration::from_secs(90);
+    let (held_a, held_b) = eventually("two shards each, each index its part", within, || async {
+        let owners = lease_owners(&dp).await?;
+        let (shards_a, shards_b) = (owners.get("scope-a")?, owners.get("scope-b")?);
+        if shards_a.len() != 2 || shards_b.len() != 2 {
+            return None;
+        }
+        let held_a = endpoints_gauge(port_a).await?;
+        let held_b = endpoints_gauge(port_b).await?;
+        (held_a == part_of(shards_a) && held_b == part_of(shards_b)).then_some((held_a, held_b))
+    })
+    .await;
+    println!(
+        "two replicas, four shards: {held_a} and {held_b} of {} endpoints indexed",
+        all.len()
+    );
+    assert!(
+        held_a < all.len() && held_b < all.len(),
+        "a replica holds every endpoint"
+    );
+
+    let received = |n: usize| {
+        paths
+            .iter()
+            .filter(|(_, path)| received_data(&rx, path).len() < n)
+            .count()
+    };
+    for t in 0..8 {
+        dp.publish(&format!("{prefix}-{t}"), "order.created", json!(0))
+            .await;
+    }
+    eventually("the first event at every endpoint", within, || {
+        let missing = received(1);
+        async move { (missing == 0).then_some(()) }
+    })
+    .await;
+
+    stop(b).await;
+    eventually(
+        "scope-a holds every shard and every endpoint",
+        within,
+        || async {
+            let owners = lease_owners(&dp).await?;
+            let all_shards = owners.get("scope-a")?.len() == 4;
+            (all_shards && endpoints_gauge(port_a).await? == all.len()).then_some(())
+        },
+    )
+    .await;
+    for t in 0..8 {
+        dp.publish(&format!("{prefix}-{t}"), "order.created", json!(1))
+            .await;
+    }
+    eventually("the second event at every endpoint", within, || {
+        let missing = received(2);
+        async move { (missing == 0).then_some(()) }
+    })
+    .await;
+    stop(a).await;
+}
+
+/// Every endpoint configuration in `herald-config`: its namespace and shard.
+async fn endpoints_in_bucket(dp: &DataPlane) -> Vec<(String, u32)> {
+    let mut keys = dp.config.keys().await.expect("listing the config bucket");
+    let mut found = Vec::new();
+    while let Some(key) = keys.next().await {
+        let key = key.expect("a key");
+        if !key.starts_with("ep.") {
+            continue;
+        }
+        let Some(value) = dp.config.get(&key).await.expect("reading a config") else {
+            continue;
+        };
+        let config: EndpointConfig = serde_json::from_slice(&value).expect("a config");
+        found.push((config.namespace, config.shard));
+    }
+    found
+}
+
+/// Which shards each replica holds the lease of.
+async fn lease_owners(dp: &DataPlane) -> Option<HashMap<String, BTreeSet<u32>>> {
+    let shards = dp.js.get_key_value(SHARDS_BUCKET).await.ok()?;
+    let mut owners: HashMap<String, BTreeSet<u32>> = HashMap::new();
+    for shard in 0..TEST_SHARDS {
+        if let Some(holder) = shards.get(format!("shard.{shard}")).await.ok()? {
+            let holder = String::from_utf8_lossy(&holder).into_owned();
+            owners.entry(holder).or_default().insert(shard);
+        }
+    }
+    Some(owners)
+}
+
+/// `herald_dispatcher_endpoints` of the dispatcher serving metrics on `port`.
+async fn endpoints_gauge(port: u16) -> Option<usize> {
+    let metrics = herald_e2e::scrape_metrics(port).await?;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("herald_dispatcher_endpoints "))?
+        .trim()
+        .parse()
+        .ok()
 }

@@ -19,9 +19,6 @@ use herald_dispatcher::index::Index;
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint, spawn_dispatcher, until_applied};
 use herald_e2e::receiver::{Behavior, Receiver};
 use herald_e2e::{TestContext, env, eventually, unique_name};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -210,9 +207,10 @@ async fn slow_endpoints_of_one_tenant_leave_another_tenants_latency_alone() {
     let during = p99(80).await;
     println!("steady tenant p99: {before:.1} ms alone, {during:.1} ms beside the slow tenant");
     // Without the cap the slow tenant holds all 16 slots and each steady request waits
-    // up to 3 s for one; a loose bound for a shared 2-core machine and a debug build.
+    // up to 3 s for one (p99 near 3 s); a loose bound for a shared 2-core machine and a
+    // debug build: at a load average of 8 the capped run measured 29.9 → 469 ms.
     assert!(
-        during < before + 250.0,
+        during < before + 1000.0,
         "the steady tenant's p99 went from {before:.1} ms to {during:.1} ms"
     );
     remove(&dp, &slow, &configs_slow).await;
@@ -228,21 +226,15 @@ async fn a_namespace_weight_gives_its_tenant_that_many_turns() {
     let _serial = one_at_a_time().await;
     let index = dispatcher();
     let ctx = TestContext::new("weighted").await;
-    let namespaces: Api<Namespace> = Api::all(env().client().await);
-    let annotations = json!({"metadata": {"annotations": {
-        "herald.dev/weight": "3", "herald.dev/max-in-flight": "many"}}});
-    namespaces
-        .patch(
-            &ctx.namespace,
-            &PatchParams::default(),
-            &Patch::Merge(&annotations),
-        )
-        .await
-        .expect("annotating the namespace");
+    ctx.annotate(&[
+        ("herald.dev/weight", "3"),
+        ("herald.dev/max-in-flight", "many"),
+    ])
+    .await;
     let stop_operator = herald_e2e::start_operator(env(), &ctx.namespace, &[]);
     let want = TenantPolicy {
         weight: Some(3),
-        max_in_flight: None,
+        ..TenantPolicy::default()
     };
     eventually(
         "the dispatcher applying the tenant policy",
@@ -255,8 +247,12 @@ async fn a_namespace_weight_gives_its_tenant_that_many_turns() {
     let rx = Receiver::start().await;
     let light = unique_name("light");
     let spec = json!({"delivery": {"maxInFlight": 16}});
+    // Slow enough that the shard's slots, not the CPU, bound what is delivered: with
+    // 100 ms, a machine at a load average of 8 delivered 57 a second, far from the 160 of
+    // 16 slots, and both tenants got all they asked for (49 %). At 300 ms the slots allow
+    // 53 a second.
     for path in ["heavy", "light"] {
-        rx.behave(path, Behavior::delayed(Duration::from_millis(100)));
+        rx.behave(path, Behavior::delayed(Duration::from_millis(300)));
     }
     let heavy_cfg = tenant(
         &dp,

@@ -131,6 +131,7 @@ impl Scenario {
             herald_dispatcher::setup::ensure(
                 &js,
                 herald_dispatcher::setup::DEFAULT_RETENTION,
+                herald_e2e::dataplane::TEST_SHARDS,
                 usize::from(replicas),
             )
             .await

@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 use async_nats::HeaderMap;
 use herald_core::dataplane::{
     DEADLETTER_PREFIX, DEADLETTER_STREAM, EVENTS_STREAM, REASON_HEADER, SUBJECT_HEADER,
-    TRUNCATED_HEADER,
+    TRUNCATED_HEADER, partition_of,
 };
 use herald_core::envelope::{MAX_EVENT_HEADERS, MAX_REASON_BYTES};
-use herald_dispatcher::fanout::CONSUMER;
-use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint, shared_dispatcher, until_applied};
+use herald_dispatcher::fanout::{CONSUMER, Source};
+use herald_e2e::dataplane::{
+    DataPlane, TEST_SECRET, TEST_SHARDS, endpoint, shared_dispatcher, until_applied,
+};
 use herald_e2e::receiver::Receiver;
 use herald_e2e::{env, eventually, unique_name};
 use serde_json::json;
@@ -241,15 +243,28 @@ async fn hostile_events_are_dead_lettered_once_each_and_never_block_the_next() {
         .get_stream(EVENTS_STREAM)
         .await
         .expect("events stream");
-    let consumer: async_nats::jetstream::consumer::PullConsumer = events
-        .get_consumer(CONSUMER)
-        .await
-        .expect("fan-out consumer");
+    // The good event's partition; the bad ones are in it too, or (no type in the subject)
+    // stored without a partition: both consumers must have acknowledged them.
+    let partition = Source::Partition(partition_of(&ns, TEST_SHARDS)).consumer();
+    let consumers: Vec<async_nats::jetstream::consumer::PullConsumer> = vec![
+        events
+            .get_consumer(&partition)
+            .await
+            .expect("partition's consumer"),
+        events
+            .get_consumer(CONSUMER)
+            .await
+            .expect("unpartitioned consumer"),
+    ];
     eventually("fan-out to acknowledge the events", WAIT, || {
-        let consumer = consumer.clone();
+        let consumers = consumers.clone();
         async move {
-            let floor = consumer.get_info().await.ok()?.ack_floor.stream_sequence;
-            (floor >= good).then_some(())
+            for consumer in consumers {
+                let info = consumer.get_info().await.ok()?;
+                let done = info.num_ack_pending == 0 && info.num_pending == 0;
+                (done || info.ack_floor.stream_sequence >= good).then_some(())?;
+            }
+            Some(())
         }
     })
     .await;

@@ -129,16 +129,6 @@ impl Seen {
     }
 }
 
-async fn scrape(port: u16) -> Option<String> {
-    let response = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .timeout(Duration::from_secs(2))
-        .send()
-        .await
-        .ok()?;
-    response.text().await.ok()
-}
-
 #[tokio::test]
 async fn every_documented_metric_is_exposed_and_moves() {
     let _lock = fault_lock().await;
@@ -243,7 +233,7 @@ async fn every_documented_metric_is_exposed_and_moves() {
     let mut blackout_done = false;
     let failing = loop {
         for port in [op_port, disp_port] {
-            if let Some(text) = scrape(port).await {
+            if let Some(text) = herald_e2e::scrape_metrics(port).await {
                 seen.add(&text);
             }
         }
@@ -338,6 +328,8 @@ fn moved_as_meant(name: &str, s: &Seen, ns: &str) -> Option<bool> {
             s.moved(name, &[("namespace", ns), ("endpoint", "slow")])
         }
         "dispatcher_in_flight"
+        | "dispatcher_lane_buffer_bytes"
+        | "dispatcher_endpoint_states"
         | "dispatcher_open_circuits"
         | "dispatcher_disabled_endpoints"
         | "dispatcher_fanout_pending_events"

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures::StreamExt;
+use herald_core::dataplane::{parse_event_subject, partition_of};
 use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint, WebhookReplay};
 use herald_e2e::faults::{Dispatchers, Operators};
 use herald_e2e::receiver::Receiver;
@@ -377,16 +378,19 @@ async fn a_producer_may_publish_its_own_events_and_nothing_else() {
     // Its own namespace: acknowledged, and stored.
     let own = format!("herald.events.tenant-a.{unique}.own");
     let body = serde_json::to_vec(&json!({"type": format!("{unique}.own"), "data": {}})).unwrap();
-    js.publish(own.clone(), body.clone().into())
+    let ack = js
+        .publish(own.clone(), body.clone().into())
         .await
         .expect("publish")
         .await
         .expect("its own namespace is acknowledged");
     let mut events = admin_js.get_stream("HERALD_EVENTS").await.expect("events");
-    events
-        .get_last_raw_message_by_subject(&own)
-        .await
-        .expect("stored");
+    let stored = events.get_raw_message(ack.sequence).await.expect("stored");
+    let own_type = format!("{unique}.own");
+    assert_eq!(
+        parse_event_subject(stored.subject.as_str()),
+        Some(("tenant-a", own_type.as_str()))
+    );
 
     // Another namespace: no acknowledgement, nothing stored.
     let other = format!("herald.events.tenant-b.{unique}.other");
@@ -397,9 +401,14 @@ async fn a_producer_may_publish_its_own_events_and_nothing_else() {
     };
     assert!(!acked, "a publish into tenant-b was acknowledged");
     producer.refused("publishing into tenant-b", &other).await;
+    // Where it would be stored: tenant-b's partition.
+    let stored_other = format!(
+        "herald.stored.{}.tenant-b.{unique}.other",
+        partition_of("tenant-b", herald_e2e::dataplane::TEST_SHARDS)
+    );
     assert!(
         events
-            .get_last_raw_message_by_subject(&other)
+            .get_last_raw_message_by_subject(&stored_other)
             .await
             .is_err(),
         "the event for tenant-b was stored"
@@ -565,16 +574,19 @@ async fn in_jwt_mode_a_producers_credentials_reach_its_events_and_not_the_keys()
     // activation token), and stored.
     let own = format!("herald.events.tenant-a.{unique}.own");
     let body = serde_json::to_vec(&json!({"type": format!("{unique}.own"), "data": {}})).unwrap();
-    js.publish(own.clone(), body.clone().into())
+    let ack = js
+        .publish(own.clone(), body.clone().into())
         .await
         .expect("publish")
         .await
         .expect("its own namespace is acknowledged");
     let events = admin_js.get_stream("HERALD_EVENTS").await.expect("events");
-    events
-        .get_last_raw_message_by_subject(&own)
-        .await
-        .expect("stored");
+    let stored = events.get_raw_message(ack.sequence).await.expect("stored");
+    let own_type = format!("{unique}.own");
+    assert_eq!(
+        parse_event_subject(stored.subject.as_str()),
+        Some(("tenant-a", own_type.as_str()))
+    );
 
     // Another namespace, and herald-config: refused by the user JWT's permissions.
     let other = format!("herald.events.tenant-b.{unique}.other");

@@ -20,13 +20,14 @@ use futures::{Stream, StreamExt};
 use herald_core::ssrf::AddressPolicy;
 use herald_core::v1alpha1::SigningSecret;
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::health::coalesce::Pacing;
+use crate::listed::Listed;
 use crate::metrics::{EndpointStates, Metrics};
 use crate::reconcile::{self, Guarded, Plumbing};
 use crate::{endpoint, health, nats, replay, signing_secret, tenants};
@@ -70,36 +71,39 @@ impl Setup {
             controller: "herald-operator".into(),
             instance: Some(self.identity.clone()),
         };
-        let recorder = Recorder::new(self.client.clone(), reporter);
-        Plumbing::new(kind, self.client.clone(), recorder, self.metrics.clone())
+        let events = crate::events::Publisher::new(self.client.clone(), reporter);
+        Plumbing::new(kind, self.client.clone(), events, self.metrics.clone())
     }
 }
 
-/// The one watch of `SigningSecret`s of a scope: its store, the stream that drives it
-/// (polled by the SigningSecret controller) and a second subscriber for the endpoint
-/// controller.
+/// The one watch of `SigningSecret`s of a scope: its store (for the SigningSecret
+/// controller, and for the endpoint controller with a readiness signal of its own: see
+/// [`crate::listed`]), the stream that drives it (polled by the SigningSecret controller)
+/// and a second subscriber for the endpoint controller.
 #[allow(clippy::type_complexity)]
 fn secret_watch(
     client: Client,
     namespace: Option<&str>,
 ) -> (
     Store<Guarded<SigningSecret>>,
+    Listed<Guarded<SigningSecret>>,
     impl Stream<Item = Result<Guarded<SigningSecret>, watcher::Error>> + Send + 'static,
     impl Stream<Item = Arc<Guarded<SigningSecret>>> + Send + 'static,
 ) {
     let (reader, writer) = reflector::store_shared(256);
     let events = writer.subscribe();
-    let stream = watcher(
+    let reflected = watcher(
         crate::scoped_api::<Guarded<SigningSecret>>(client, namespace),
         watcher::Config::default(),
     )
     .backoff(reconcile::watch_backoff())
     .modify(reconcile::slim)
-    .reflect_shared(writer)
-    .applied_objects();
+    .reflect_shared(writer);
+    let (listed, reflected) = crate::listed::listed(reader.clone(), reflected);
+    let stream = reflected.applied_objects();
     // A shared store always has subscribers; `None` would only mean it was not shared.
     let events = futures::stream::iter(events).flatten();
-    (reader, stream, events)
+    (reader, listed, stream, events)
 }
 
 impl Term {
@@ -155,7 +159,7 @@ impl Term {
             namespace.clone(),
             stop.clone(),
         ));
-        let (secret_store, secret_stream, secret_events) =
+        let (secret_store, listed_secrets, secret_stream, secret_events) =
             secret_watch(setup.client.clone(), namespace.as_deref());
         let secrets = signing_secret::Context {
             plumbing: setup.plumbing(signing_secret::KIND),
@@ -176,7 +180,7 @@ impl Term {
             egress: setup.egress.clone(),
             shards: setup.shards,
             states: states.clone(),
-            secrets: secret_store,
+            secrets: listed_secrets,
         };
         let writer = health::writer::Parts {
             plumbing: setup.plumbing(health::writer::KIND),

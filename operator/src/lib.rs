@@ -11,6 +11,7 @@
 //! - [`signing_secret`], [`endpoint`], [`replay`]: the controllers;
 //! - [`health`]: dispatcher health into endpoint status, coalesced, by its own writer;
 //! - [`conditions`]: status conditions that only move on flips;
+//! - [`events`]: Kubernetes Events, with a bounded memory of what was published;
 //! - [`metrics`]: Prometheus metrics and probes.
 //!
 //! [`run`] is the whole operator, returning when `shutdown` resolves, so tests run it
@@ -23,8 +24,10 @@ pub mod config;
 pub mod controllers;
 pub mod crdgen;
 pub mod endpoint;
+pub mod events;
 pub mod health;
 pub mod leader;
+pub mod listed;
 pub mod metrics;
 pub mod nats;
 pub mod reconcile;

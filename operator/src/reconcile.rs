@@ -30,7 +30,7 @@ use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::utils::Backoff;
@@ -39,6 +39,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use crate::events::Publisher;
 use crate::metrics::Metrics;
 
 /// An object as watched: decoded, or the reason it could not be.
@@ -49,19 +50,22 @@ pub type Guarded<K> = DeserializeGuard<K>;
 /// `herald_core::names::FIELD_MANAGER` owns everything else Herald writes.
 pub const HEALTH_FIELD_MANAGER: &str = "herald.dev/operator-health";
 
-/// The annotation `kubectl apply` (client-side) leaves: a copy of the whole manifest.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+/// The prefix of the annotations Herald reads (`herald.dev/enable`, `herald.dev/rotate`).
+const HERALD_ANNOTATIONS: &str = "herald.dev/";
 
 /// Drops what no reconcile reads before an object enters a controller's store:
-/// `managedFields` (one entry per field manager, often larger than the object) and the
-/// client-side apply annotation. Writes are server-side applies and patches that do not
+/// `managedFields` (one entry per field manager, often larger than the object), labels
+/// and every annotation but Herald's own (the client-side apply copy of the manifest,
+/// GitOps tools' tracking marks). Writes are server-side applies and patches that do not
 /// send these fields, so nothing is lost. Applied to every watch event with
-/// `WatchStreamExt::modify`, so a cached object costs what reconciling needs.
+/// `WatchStreamExt::modify`, so a cached object costs what reconciling needs: a label
+/// alone is a 540-byte map node per object (docs/scale.md).
 pub fn slim<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;
+    meta.labels = None;
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+        annotations.retain(|key, _| key.starts_with(HERALD_ANNOTATIONS));
         if annotations.is_empty() {
             meta.annotations = None;
         }
@@ -153,13 +157,13 @@ impl<K: Resource<DynamicType = ()>> Failures<K> {
     }
 }
 
-/// What every controller of one kind `K` shares: the client, the Event recorder, the
+/// What every controller of one kind `K` shares: the client, the Event publisher, the
 /// metrics and the per-object backoff.
 pub struct Plumbing<K: Resource> {
     /// The `kind` label of this controller's metrics.
     kind: &'static str,
     pub client: Client,
-    recorder: Recorder,
+    events: Publisher,
     metrics: Arc<Metrics>,
     failures: Failures<Guarded<K>>,
 }
@@ -174,13 +178,13 @@ where
     pub fn new(
         kind: &'static str,
         client: Client,
-        recorder: Recorder,
+        events: Publisher,
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             kind,
             client,
-            recorder,
+            events,
             metrics,
             failures: Failures(Mutex::default()),
         }
@@ -262,7 +266,7 @@ where
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&event, reference).await {
+        if let Err(error) = self.events.publish(&event, reference).await {
             tracing::warn!(%error, reason, "publishing an Event failed");
         }
     }
@@ -325,8 +329,10 @@ mod tests {
             "metadata": {
                 "name": "orders", "namespace": "shop", "uid": "u1", "generation": 3,
                 "resourceVersion": "42", "finalizers": ["herald.dev/delivery-cleanup"],
+                "labels": {"app.kubernetes.io/instance": "shop"},
                 "annotations": {
-                    LAST_APPLIED: "{\"spec\":{}}",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}",
+                    "argocd.argoproj.io/tracking-id": "shop:herald.dev/WebhookEndpoint:shop/orders",
                     "herald.dev/enable": "1"
                 },
                 "managedFields": [{"manager": "kubectl", "operation": "Apply",
@@ -340,6 +346,7 @@ mod tests {
         let before = obj.clone();
         slim(&mut obj);
         assert_eq!(obj.metadata.managed_fields, None);
+        assert_eq!(obj.metadata.labels, None);
         let annotations = obj.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(annotations.len(), 1, "{annotations:?}");
         assert_eq!(
@@ -361,7 +368,7 @@ mod tests {
             )
         );
         let mut bare = before.clone();
-        bare.metadata.annotations = Some([(LAST_APPLIED.to_owned(), String::new())].into());
+        bare.metadata.annotations = Some([("note".to_owned(), String::new())].into());
         slim(&mut bare);
         assert_eq!(bare.metadata.annotations, None);
     }

@@ -1,5 +1,5 @@
-//! Tenant policies: how a tenant (namespace) shares the dispatchers, from its Namespace's
-//! annotations, published as `tenant.<ns>` in `herald-config` (docs/architecture.md,
+//! Tenant policies: how a tenant (namespace) shares the dispatchers and herald-api, from
+//! its Namespace's annotations, published as `tenant.<ns>` in `herald-config` (docs/architecture.md,
 //! "Fairness"). Namespaces are the platform team's objects, not the tenants': a tenant
 //! cannot raise its own share.
 //!
@@ -24,6 +24,11 @@ use crate::nats;
 pub const WEIGHT: &str = "herald.dev/weight";
 /// Most attempts of the tenant in flight per shard, 1 to 100000.
 pub const MAX_IN_FLIGHT: &str = "herald.dev/max-in-flight";
+/// Requests per second the tenant may make to herald-api (HTTP ingest included), 1 to
+/// 1000000.
+pub const API_RATE: &str = "herald.dev/api-rate";
+/// Requests the tenant may make to herald-api at once above its rate, 1 to 1000000.
+pub const API_BURST: &str = "herald.dev/api-burst";
 /// How often the namespaces are read.
 pub const INTERVAL: Duration = Duration::from_secs(30);
 
@@ -46,6 +51,8 @@ pub fn policy(annotations: &BTreeMap<String, String>) -> (Option<TenantPolicy>, 
     let policy = TenantPolicy {
         weight: number(WEIGHT, 100),
         max_in_flight: number(MAX_IN_FLIGHT, 100_000),
+        api_rate: number(API_RATE, 1_000_000),
+        api_burst: number(API_BURST, 1_000_000),
     };
     let set = policy != TenantPolicy::default();
     (set.then_some(policy), problems)
@@ -161,7 +168,8 @@ mod tests {
             (
                 Some(TenantPolicy {
                     weight: Some(3),
-                    max_in_flight: Some(40)
+                    max_in_flight: Some(40),
+                    ..TenantPolicy::default()
                 }),
                 vec![]
             )
@@ -170,8 +178,8 @@ mod tests {
         assert_eq!(
             p,
             Some(TenantPolicy {
-                weight: None,
-                max_in_flight: Some(12)
+                max_in_flight: Some(12),
+                ..TenantPolicy::default()
             })
         );
         assert_eq!(
@@ -181,5 +189,17 @@ mod tests {
         let (p, problems) = policy(&annotations(&[(WEIGHT, "lots")]));
         assert_eq!(p, None);
         assert_eq!(problems.len(), 1);
+        let (p, problems) = policy(&annotations(&[(API_RATE, "50"), (API_BURST, "-1")]));
+        assert_eq!(
+            p,
+            Some(TenantPolicy {
+                api_rate: Some(50),
+                ..TenantPolicy::default()
+            })
+        );
+        assert_eq!(
+            problems,
+            ["annotation herald.dev/api-burst: \"-1\" is not a whole number from 1 to 1000000"]
+        );
     }
 }

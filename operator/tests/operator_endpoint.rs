@@ -476,9 +476,16 @@ async fn a_replay_is_checked_against_the_event_stores_real_retention() {
     assert!(missing.message.contains("HERALD_EVENTS"), "{missing:?}");
 
     // The dispatchers create it with --retention 2h.
-    layout::ensure_stream(&js, &layout::events_stream(Duration::from_secs(7200)), 1)
-        .await
-        .expect("the event store");
+    layout::ensure_stream(
+        &js,
+        &layout::events_stream(
+            Duration::from_secs(7200),
+            herald_e2e::dataplane::TEST_SHARDS,
+        ),
+        1,
+    )
+    .await
+    .expect("the event store");
     let old = ready("three-hours", "OutsideRetention").await;
     assert_eq!(old.status, "False");
     assert!(old.message.contains("2h retention window"), "{old:?}");

@@ -15,7 +15,7 @@ use async_nats::jetstream::{self, ErrorCode, kv, stream};
 use super::{
     ATTEMPTS_PREFIX, ATTEMPTS_STREAM, CONFIG_BUCKET, DEADLETTER_PREFIX, DEADLETTER_STREAM,
     DELIVERIES_STREAM, EVENTS_PREFIX, EVENTS_STREAM, HEALTH_BUCKET, LANE_PREFIX, SCHEDULE_PREFIX,
-    SHARDS_BUCKET,
+    SHARDS_BUCKET, STORED_PREFIX,
 };
 
 /// Default retention of events, attempt records and dead letters: 30 days.
@@ -33,6 +33,8 @@ pub struct StreamSpec {
     pub max_age: Duration,
     /// Per-message schedules (`Nats-Schedule`), nats-server 2.12 or newer.
     pub schedules: bool,
+    /// A subject transform applied as messages are stored: `(source, destination)`.
+    pub transform: Option<(String, String)>,
 }
 
 /// One key-value bucket.
@@ -43,13 +45,23 @@ pub struct BucketSpec {
     pub max_age: Duration,
 }
 
-/// The ingest stream (event store, replay source).
-pub fn events_stream(retention: Duration) -> StreamSpec {
+/// The ingest stream (event store, replay source). Every event with a namespace and a
+/// type is stored under `herald.stored.<partition>.<ns>.<type>`, its namespace hashed
+/// into one of `partitions` (the shard count) by the server itself, so fan-out can run
+/// one consumer per partition and a tenant's events stay in one partition, in order.
+pub fn events_stream(retention: Duration, partitions: u32) -> StreamSpec {
     StreamSpec {
         name: EVENTS_STREAM,
         subjects: vec![format!("{EVENTS_PREFIX}.>")],
         max_age: retention,
         schedules: false,
+        transform: Some((
+            format!("{EVENTS_PREFIX}.*.>"),
+            format!(
+                "{STORED_PREFIX}.{{{{partition({},1)}}}}.{{{{wildcard(1)}}}}.>",
+                partitions.max(1)
+            ),
+        )),
     }
 }
 
@@ -60,6 +72,7 @@ pub fn deliveries_stream(retention: Duration) -> StreamSpec {
         subjects: vec![format!("{LANE_PREFIX}.>"), format!("{SCHEDULE_PREFIX}.>")],
         max_age: retention,
         schedules: true,
+        transform: None,
     }
 }
 
@@ -70,6 +83,7 @@ pub fn attempts_stream(retention: Duration) -> StreamSpec {
         subjects: vec![format!("{ATTEMPTS_PREFIX}.>")],
         max_age: retention,
         schedules: false,
+        transform: None,
     }
 }
 
@@ -80,13 +94,14 @@ pub fn deadletter_stream(retention: Duration) -> StreamSpec {
         subjects: vec![format!("{DEADLETTER_PREFIX}.>")],
         max_age: retention,
         schedules: false,
+        transform: None,
     }
 }
 
-/// Every stream, for a retention window.
-pub fn streams(retention: Duration) -> [StreamSpec; 4] {
+/// Every stream, for a retention window and the installation's shard count.
+pub fn streams(retention: Duration, shards: u32) -> [StreamSpec; 4] {
     [
-        events_stream(retention),
+        events_stream(retention, shards),
         deliveries_stream(retention),
         attempts_stream(retention),
         deadletter_stream(retention),
@@ -287,6 +302,14 @@ fn stream_config(spec: &StreamSpec, replicas: usize, base: stream::Config) -> st
         duplicate_window: DUPLICATE_WINDOW,
         allow_direct: true,
         allow_message_schedules: spec.schedules || base.allow_message_schedules,
+        subject_transform: spec
+            .transform
+            .clone()
+            .map(|(source, destination)| stream::SubjectTransform {
+                source,
+                destination,
+            })
+            .or(base.subject_transform),
         num_replicas: replicas.max(base.num_replicas).max(1),
         ..base
     }
@@ -377,6 +400,12 @@ fn same_stream_config(a: &stream::Config, b: &stream::Config) -> bool {
         && a.duplicate_window == b.duplicate_window
         && a.allow_direct == b.allow_direct
         && a.allow_message_schedules == b.allow_message_schedules
+        && a.subject_transform
+            .as_ref()
+            .map(|t| (&t.source, &t.destination))
+            == b.subject_transform
+                .as_ref()
+                .map(|t| (&t.source, &t.destination))
         && a.num_replicas == b.num_replicas
         && a.storage == b.storage
 }
@@ -475,7 +504,7 @@ mod tests {
     #[test]
     fn every_stream_is_file_backed_with_the_retention() {
         let retention = Duration::from_secs(3600);
-        for spec in streams(retention) {
+        for spec in streams(retention, 16) {
             let config = stream_config(&spec, 1, stream::Config::default());
             assert_eq!(config.max_age, retention, "{}", spec.name);
             assert_eq!(config.storage, stream::StorageType::File);
@@ -485,8 +514,27 @@ mod tests {
     }
 
     #[test]
+    fn events_are_stored_by_partition() {
+        let spec = events_stream(DEFAULT_RETENTION, 16);
+        let transform = stream_config(&spec, 1, stream::Config::default())
+            .subject_transform
+            .expect("the events stream partitions");
+        assert_eq!(transform.source, "herald.events.*.>");
+        assert_eq!(
+            transform.destination,
+            "herald.stored.{{partition(16,1)}}.{{wildcard(1)}}.>"
+        );
+        let lanes = deliveries_stream(DEFAULT_RETENTION);
+        assert!(
+            stream_config(&lanes, 1, stream::Config::default())
+                .subject_transform
+                .is_none()
+        );
+    }
+
+    #[test]
     fn replicas_are_raised_never_lowered() {
-        let spec = events_stream(DEFAULT_RETENTION);
+        let spec = events_stream(DEFAULT_RETENTION, 16);
         let admin = stream::Config {
             num_replicas: 5,
             max_bytes: 1 << 30,

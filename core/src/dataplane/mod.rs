@@ -37,6 +37,12 @@ pub const SHARDS_BUCKET: &str = "herald-shards";
 
 /// Prefix of ingest subjects: `herald.events.<namespace>.<event type>`.
 pub const EVENTS_PREFIX: &str = "herald.events";
+/// Prefix of stored event subjects: `herald.stored.<partition>.<namespace>.<event type>`.
+/// [`EVENTS_STREAM`] rewrites every ingest subject with a namespace and a type to this
+/// form as it stores the event (a subject transform), with the partition
+/// [`partition_of`] the namespace; fan-out runs one consumer per partition. A subject the
+/// transform does not match (no type) is stored as published.
+pub const STORED_PREFIX: &str = "herald.stored";
 /// Prefix of lane subjects: `herald.q.<shard>.<ns>.<name>.{new,retry}`.
 pub const LANE_PREFIX: &str = "herald.q";
 /// Prefix of retry schedules: `herald.sched.<shard>.<ns>.<name>.<event id>`.
@@ -302,11 +308,55 @@ pub fn event_subject(namespace: &str, event_type: &str) -> String {
     format!("{EVENTS_PREFIX}.{namespace}.{event_type}")
 }
 
-/// Splits an ingest subject into `(namespace, event type)`.
+/// Splits an event's subject into `(namespace, event type)`: the ingest form
+/// `herald.events.<ns>.<type>` (what producers publish to, and how events stored before
+/// partitioning are stored) or the stored form `herald.stored.<partition>.<ns>.<type>`.
 pub fn parse_event_subject(subject: &str) -> Option<(&str, &str)> {
-    let rest = subject.strip_prefix(EVENTS_PREFIX)?.strip_prefix('.')?;
+    let rest = match subject.strip_prefix(STORED_PREFIX) {
+        Some(stored) => {
+            let (partition, rest) = stored.strip_prefix('.')?.split_once('.')?;
+            partition.parse::<u32>().ok()?;
+            rest
+        }
+        None => subject.strip_prefix(EVENTS_PREFIX)?.strip_prefix('.')?,
+    };
     let (ns, ty) = rest.split_once('.')?;
     (!ns.is_empty() && !ty.is_empty()).then_some((ns, ty))
+}
+
+/// The subject an event was published to, from the subject it is stored under: what a
+/// person sees in a dead letter. Any other subject is returned as it is.
+pub fn ingest_subject(stored: &str) -> std::borrow::Cow<'_, str> {
+    match (
+        stored.starts_with(STORED_PREFIX),
+        parse_event_subject(stored),
+    ) {
+        (true, Some((ns, ty))) => event_subject(ns, ty).into(),
+        _ => stored.into(),
+    }
+}
+
+/// The ingest partition of a namespace: 32-bit FNV-1a of its name modulo `partitions`,
+/// exactly what nats-server's `{{partition(n,1)}}` computes in [`EVENTS_STREAM`]'s
+/// subject transform (so Herald can name the partition of a tenant).
+pub fn partition_of(namespace: &str, partitions: u32) -> u32 {
+    let hash = namespace.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    hash % partitions.max(1)
+}
+
+/// The filter of one ingest partition's stored events.
+pub fn partition_filter(partition: u32) -> String {
+    format!("{STORED_PREFIX}.{partition}.>")
+}
+
+/// The filters that select every stored event of a namespace, in either form.
+pub fn namespace_event_filters(namespace: &str) -> Vec<String> {
+    vec![
+        format!("{EVENTS_PREFIX}.{namespace}.>"),
+        format!("{STORED_PREFIX}.*.{namespace}.>"),
+    ]
 }
 
 /// The shard of an endpoint: FNV-1a of `<namespace>/<name>` modulo `shards`. Stable
@@ -374,6 +424,38 @@ mod tests {
             event_subject("shop", "order.created"),
             "herald.events.shop.order.created"
         );
+        assert_eq!(
+            parse_event_subject("herald.stored.7.shop.order.created"),
+            Some(("shop", "order.created"))
+        );
+        for bad in [
+            "herald.stored.x.shop.a",
+            "herald.stored.7.shop",
+            "herald.stored",
+        ] {
+            assert_eq!(parse_event_subject(bad), None, "{bad}");
+        }
+        assert_eq!(
+            ingest_subject("herald.stored.7.shop.order.created"),
+            "herald.events.shop.order.created"
+        );
+        assert_eq!(ingest_subject("herald.events.shop"), "herald.events.shop");
+    }
+
+    #[test]
+    fn partitions_are_the_servers() {
+        // What nats-server 2.15 stored for `{{partition(8,1)}}` of these namespaces
+        // (e2e/tests/partitions.rs checks the transform itself).
+        for (namespace, partition) in [
+            ("alpha", 3),
+            ("beta", 7),
+            ("gamma", 2),
+            ("tenant-a", 3),
+            ("tenant-b", 6),
+        ] {
+            assert_eq!(partition_of(namespace, 8), partition, "{namespace}");
+        }
+        assert_eq!(partition_filter(3), "herald.stored.3.>");
     }
 
     #[test]

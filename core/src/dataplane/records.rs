@@ -106,10 +106,11 @@ impl fmt::Debug for KeySet {
     }
 }
 
-/// How a tenant (namespace) shares the dispatchers, from the namespace's annotations
-/// `herald.dev/weight` and `herald.dev/max-in-flight` (set by the platform team, who own
-/// namespaces). Stored as JSON under `tenant.<ns>` in [`CONFIG_BUCKET`](super::CONFIG_BUCKET);
-/// a missing field or key means the dispatchers' defaults.
+/// How a tenant (namespace) shares the dispatchers and the HTTP API, from the namespace's
+/// annotations `herald.dev/weight`, `herald.dev/max-in-flight`, `herald.dev/api-rate` and
+/// `herald.dev/api-burst` (set by the platform team, who own namespaces). Stored as JSON
+/// under `tenant.<ns>` in [`CONFIG_BUCKET`](super::CONFIG_BUCKET); a missing field or key
+/// means the defaults (the dispatchers' and herald-api's flags).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TenantPolicy {
@@ -120,6 +121,14 @@ pub struct TenantPolicy {
     /// `--tenant-max-in-flight`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<u32>,
+    /// Requests per second the tenant may make to herald-api, HTTP ingest included
+    /// (default: its `--rate-per-namespace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_rate: Option<u32>,
+    /// Requests the tenant may make at once above its rate (default: herald-api's
+    /// `--burst-per-namespace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_burst: Option<u32>,
 }
 
 /// A valid `WebhookReplay`, as the dispatcher owning its endpoint's shard carries it out.

@@ -18,7 +18,7 @@ mod report;
 pub mod window;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use herald_core::dataplane::{
     AttemptOutcome, AttemptRecord, DisabledReason, Lane, LastAttempt, LastingState,
@@ -68,6 +68,8 @@ pub struct EndpointState {
     oldest_scheduled_ms: Option<u64>,
     /// In the shard's ready ring.
     pub queued: bool,
+    /// The bytes of its lanes last reported to the dispatcher's lane budget.
+    pub budgeted: usize,
 }
 
 fn max_in_flight(ep: Option<&Arc<index::Endpoint>>) -> u32 {
@@ -90,6 +92,7 @@ impl EndpointState {
             scheduled: 0,
             oldest_scheduled_ms: None,
             queued: false,
+            budgeted: 0,
         }
     }
 
@@ -163,6 +166,24 @@ impl EndpointState {
             .as_ref()
             .map_or(8, |e| e.config.delivery.max_in_flight as usize);
         (2 * max).clamp(4, 64)
+    }
+
+    /// Whether its lanes may buffer beyond [`Self::buffer_cap`]: it is delivering — its
+    /// configuration and keys known, not paused, held or disabled, its circuit closed, no
+    /// failure since its last success — and not ordered (an ordered endpoint has one
+    /// attempt in flight per key: its base cap keeps that busy).
+    pub fn delivering(&self) -> bool {
+        let Some(ep) = &self.ep else {
+            return false;
+        };
+        let config = &ep.config;
+        !config.ordered
+            && !config.paused
+            && config.held.is_none()
+            && self.disabled.is_none()
+            && self.keys.is_some()
+            && self.circuit.state() == CircuitState::Closed
+            && self.failures.streak() == 0
     }
 
     pub fn is_ordered(&self) -> bool {
@@ -374,6 +395,21 @@ impl EndpointState {
 
     pub fn pending(&self) -> u64 {
         self.lanes.pending()
+    }
+
+    /// Whether the state can be released (its endpoint has drained): nothing queued,
+    /// scheduled or in flight, not in the ring, nothing that must outlive it (disabled,
+    /// failing, an open circuit, a `Retry-After`), and no attempt started for `quiet`.
+    /// What is lost is the success and latency windows and the adaptive limit, which
+    /// start again with the endpoint's next event; its last health report stays.
+    pub fn releasable(&self, now: Instant, quiet: Duration) -> bool {
+        self.is_idle()
+            && self.in_flight() == 0
+            && !self.queued
+            && self.disabled.is_none()
+            && self.circuit.state() == CircuitState::Closed
+            && self.failures.streak() == 0
+            && self.pace.settled(now, quiet)
     }
 
     /// Whether the state holds nothing worth keeping beyond the configuration.

@@ -63,6 +63,15 @@ impl Pace {
         self.last_start = Some(now);
     }
 
+    /// Nothing to keep: no `Retry-After` in force and no attempt started for `quiet`
+    /// (a learned rate is forgotten after a quiet minute anyway).
+    pub fn settled(&self, now: Instant, quiet: Duration) -> bool {
+        self.not_before.is_none_or(|at| at <= now)
+            && self
+                .last_start
+                .is_none_or(|at| now.saturating_duration_since(at) >= quiet)
+    }
+
     pub fn on_success(&mut self, now: Instant) {
         self.throughput.on_success(now);
     }

@@ -418,3 +418,41 @@ fn ordering_keys_run_in_parallel_and_stay_in_order_each() {
     let retried = start(&mut s, now + Duration::from_secs(5)).unwrap();
     assert_eq!((retried.seq, retried.attempt), (1, 2));
 }
+
+#[test]
+fn a_drained_quiet_healthy_endpoint_may_be_released_and_nothing_else() {
+    let quiet = Duration::from_secs(120);
+    let now = Instant::now();
+    let mut s = state(json!({}), false);
+    assert!(s.releasable(now, quiet), "never used");
+    s.lanes.queue(Lane::New).offer(item(1, Lane::New), 64);
+    assert!(!s.releasable(now, quiet), "work queued");
+    let first = start(&mut s, now).unwrap();
+    assert!(!s.releasable(now, quiet), "in flight");
+    after(&mut s, first, &ok(), now, 0);
+    assert!(s.is_idle());
+    assert!(!s.releasable(now + quiet / 2, quiet), "not quiet yet");
+    assert!(s.releasable(now + quiet, quiet), "drained and quiet");
+
+    // Failing: its failure clock must outlive the quiet.
+    s.lanes.queue(Lane::New).offer(item(2, Lane::New), 64);
+    let later = now + quiet;
+    let failing = start(&mut s, later).unwrap();
+    after(&mut s, failing, &fail(), later, 0);
+    let much_later = later + quiet * 10;
+    assert!(!s.releasable(much_later, quiet), "a retry scheduled");
+    // (its message arrived and was taken back out of the lane: only the failure is left)
+    s.retry_arrived();
+    assert!(s.is_idle());
+    assert!(!s.releasable(much_later, quiet), "failing");
+
+    // A Retry-After in force.
+    let mut s = state(json!({}), false);
+    s.lanes.queue(Lane::New).offer(item(3, Lane::New), 64);
+    let busy_item = start(&mut s, now).unwrap();
+    let mut busy = response(Outcome::RateLimited, Some(429), 5);
+    busy.retry_after = Some(quiet * 2);
+    s.finish(busy_item, &busy, &retry(quiet * 2), now, 0);
+    s.retry_arrived();
+    assert!(!s.releasable(now + quiet, quiet), "Retry-After in force");
+}

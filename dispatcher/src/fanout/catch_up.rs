@@ -66,7 +66,8 @@ impl FanOut {
         self.catch_up_range(from, to, tx, stop).await
     }
 
-    /// Re-publishes, in order, the stored events `from..=to` (those that still exist).
+    /// Re-publishes, in order, the stored events `from..=to` of this worker's source
+    /// (those that still exist).
     pub(super) async fn catch_up_range(
         &self,
         from: u64,
@@ -74,10 +75,15 @@ impl FanOut {
         tx: &mpsc::Sender<Pending>,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), async_nats::Error> {
-        for seq in from..=to {
-            let Some(stored) = self.read_back(seq, stop).await? else {
-                continue;
+        let mut seq = from;
+        while seq <= to {
+            let Some(stored) = self.read_next(seq, stop).await? else {
+                return Ok(());
             };
+            if stored.seq > to {
+                return Ok(());
+            }
+            seq = stored.seq + 1;
             let Some(pending) = self.fan_out_retrying(&stored, None, stop).await else {
                 return Ok(());
             };
@@ -88,22 +94,27 @@ impl FanOut {
         Ok(())
     }
 
-    /// Reads event `seq` back from the stream for a catch-up: `None` when it is gone
-    /// (deleted or aged out). Any other error is retried — skipping an event that exists
-    /// would deliver it out of order, after its redelivery. An error is returned only when
-    /// `stop` is set meanwhile.
-    async fn read_back(
+    /// Reads back the first stored event of this worker's source at or after `seq`:
+    /// `None` when there is none. Any other error is retried — skipping an event that
+    /// exists would deliver it out of order, after its redelivery. An error is returned
+    /// only when `stop` is set meanwhile.
+    async fn read_next(
         &self,
         seq: u64,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<Option<Stored>, async_nats::Error> {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        let filter = self.source.filter();
         loop {
             // From the leader: a lagging replica's "not found" would skip an event.
-            match self.events.get_raw_message(seq).await {
+            match self
+                .events
+                .get_first_raw_message_by_subject(&filter, seq)
+                .await
+            {
                 Ok(m) => {
                     return Ok(Some(Stored {
-                        seq,
+                        seq: m.sequence,
                         published_ms: (m.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
                         headers: HeaderSize::of(Some(&m.headers)),
                         subject: m.subject,

@@ -1,12 +1,19 @@
 //! Fan-out: every stored event becomes one message on the fresh lane of every matching
 //! endpoint — at least once, idempotently, and in publish order.
 //!
-//! One durable consumer (`herald-fanout`) serves all replicas with a pinned-client
-//! priority group, so exactly one replica fans out at a time, in stream order, and
-//! another takes over if it stops. Lane publishes carry `Nats-Msg-Id: <event id>.<endpoint
-//! uid>`; the event is acked only after every lane publish is acknowledged, so a crash in
-//! between re-delivers the event and JetStream's duplicate window drops the repeated
-//! lane messages.
+//! Partitioned: the event store stores every event under
+//! `herald.stored.<partition>.<ns>.<type>`, its namespace hashed by the server into one
+//! of as many partitions as there are shards, and partition `p` is fanned out by the
+//! owner of shard `p` (one durable consumer `herald-fanout-<p>` each), so fan-out runs on
+//! every replica and one tenant's burst lengthens only its own partition's backlog. The
+//! owner of shard 0 also runs `herald-fanout` on `herald.events.>`: events stored
+//! without a partition (those stored before partitioning, and subjects without a type,
+//! which are dead letters). Each consumer has a pinned-client priority group, so two
+//! workers never fan out one partition at once, even while its shard changes hands; the
+//! new owner unpins the old one instead of waiting for its pin to time out. Lane
+//! publishes carry `Nats-Msg-Id: <event id>.<endpoint uid>`; the event is acked only
+//! after every lane publish is acknowledged, so a crash in between re-delivers the event
+//! and JetStream's duplicate window drops the repeated lane messages.
 //!
 //! Contract:
 //! - nothing is fanned out before the configuration is completely loaded (an event is
@@ -16,7 +23,9 @@
 //! - a new fan-out worker first re-publishes the events its predecessor had taken but not
 //!   acknowledged (from the consumer's ack floor), before any newer event: JetStream
 //!   would only redeliver those after their ack wait, behind newer events, which would
-//!   reorder `ordered` endpoints after a crash.
+//!   reorder `ordered` endpoints after a crash;
+//! - a partition's worker fans nothing out while `herald-fanout` still holds events
+//!   stored before partitioning (an upgrade): they are older than any partitioned event.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,13 +45,17 @@ use tokio::sync::{mpsc, watch};
 
 mod ack;
 mod catch_up;
+mod partition;
 
-use crate::index::Index;
-use crate::metrics::{Metrics, ReasonLabel};
+pub use partition::{Source, spawn_for_shard};
+
+use crate::index::{Claim, Cover, Index};
+use crate::metrics::{Metrics, PartitionLabel, ReasonLabel};
 use crate::supervise::{Backoff, Readiness};
 use herald_core::envelope::{self, BadEvent, HeaderSize};
 
-/// Name of the shared durable consumer.
+/// Name of the durable consumer of events stored without a partition; partition `p`'s is
+/// `herald-fanout-<p>`.
 pub const CONSUMER: &str = "herald-fanout";
 /// The readiness part fan-out reports.
 pub const PART: &str = "fanout";
@@ -62,6 +75,7 @@ pub struct FanOut {
     pub index: Index,
     pub metrics: Arc<Metrics>,
     pub max_event_bytes: usize,
+    pub source: Source,
 }
 
 /// A stored event, from the consumer or read back from the stream.
@@ -114,15 +128,20 @@ impl FanOut {
         }
         let (consumer, mut messages) = self.consume().await?;
         readiness.set(PART, true);
+        tracing::info!(source = ?self.source, "fan-out running");
         let (tx, rx) = mpsc::channel::<Pending>(PIPELINE);
         let acker = tokio::spawn(ack::ack_in_order(rx, self.metrics.clone()));
         let lag = AbortOnDrop(tokio::spawn(report_lag(
             consumer.clone(),
             self.metrics.clone(),
+            self.source.label(),
         )));
         // The sequence the next new message should have: a message beyond it means the
         // ones between were handed to a pull of ours that never arrived.
         let mut expected: Option<u64> = None;
+        // Events stored without a partition may be any namespace's: while such events
+        // are fanned out, the index keeps every endpoint (see `index::scope`).
+        let mut everything: Option<Cover> = None;
         let result = loop {
             let message = tokio::select! {
                 _ = stop.wait_for(|s| *s) => break Ok(()),
@@ -138,6 +157,22 @@ impl FanOut {
             let Some(stored) = Stored::from_message(&message) else {
                 continue;
             };
+            // The last message pending: a claim on every endpoint can go.
+            let drained = message.info().is_ok_and(|info| info.pending == 0);
+            if self.source == Source::Unpartitioned
+                && everything.is_none()
+                && needs_every_endpoint(&stored, expected)
+            {
+                match self.index.cover(Claim::Everything, &mut stop).await {
+                    Some(cover) => everything = Some(cover),
+                    None => break Ok(()),
+                }
+            }
+            if expected.is_none()
+                && let Err(error) = self.after_unpartitioned(stored.seq, &mut stop).await
+            {
+                break Err(error);
+            }
             if let Err(error) = self
                 .fill_gaps(&consumer, stored.seq, &mut expected, &tx, &mut stop)
                 .await
@@ -153,33 +188,52 @@ impl FanOut {
             if tx.send(pending).await.is_err() {
                 break Err("the fan-out acker stopped".into());
             }
+            if drained {
+                everything = None;
+            }
         };
         drop(tx);
         let _ = acker.await;
         drop(lag);
+        self.metrics.fanout_pending.remove(&self.source.label());
         result
     }
 
-    /// The shared durable consumer and its message stream.
+    /// The source's durable consumer and its message stream. The filter of an existing
+    /// consumer is brought up to date (`herald-fanout` had none before partitioning), and
+    /// a predecessor's pin is lifted: this worker runs because its replica holds the
+    /// shard's lease, so the predecessor has stopped or is stopping.
     async fn consume(
         &self,
     ) -> Result<(consumer::Consumer<pull::Config>, consumer::pull::Stream), async_nats::Error> {
-        let consumer = self
+        let name = self.source.consumer();
+        let config = pull::Config {
+            durable_name: Some(name.clone()),
+            filter_subject: self.source.filter(),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: 20_000,
+            priority_policy: PriorityPolicy::PinnedClient,
+            priority_groups: vec![GROUP.to_owned()],
+            priority_timeout: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let mut consumer = self
             .events
-            .get_or_create_consumer(
-                CONSUMER,
-                pull::Config {
-                    durable_name: Some(CONSUMER.to_owned()),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: Duration::from_secs(30),
-                    max_ack_pending: 20_000,
-                    priority_policy: PriorityPolicy::PinnedClient,
-                    priority_groups: vec![GROUP.to_owned()],
-                    priority_timeout: Duration::from_secs(10),
-                    ..Default::default()
-                },
-            )
+            .get_or_create_consumer(&name, config.clone())
             .await?;
+        if consumer.cached_info().config.filter_subject != config.filter_subject {
+            tracing::info!(
+                consumer = name,
+                filter = config.filter_subject,
+                "updating the fan-out consumer's filter"
+            );
+            self.events.update_consumer(config).await?;
+            consumer = self.events.get_consumer(&name).await?;
+        }
+        if let Err(error) = self.events.unpin_consumer(&name, GROUP).await {
+            tracing::debug!(%error, consumer = name, "unpinning the fan-out consumer");
+        }
         let messages = consumer
             .stream()
             .group(GROUP)
@@ -303,7 +357,7 @@ impl FanOut {
     ) -> Result<Vec<PublishAckFuture>, Retry> {
         let reason = bad.reason();
         tracing::warn!(
-            subject = stored.subject.as_str(),
+            subject = %dataplane::ingest_subject(stored.subject.as_str()),
             event_id,
             reason,
             error = %bad,
@@ -316,7 +370,10 @@ impl FanOut {
         let mut headers = HeaderMap::new();
         headers.insert(REASON_HEADER, bad.bounded_text().as_str());
         headers.insert(EVENT_ID_HEADER, event_id);
-        headers.insert(SUBJECT_HEADER, stored.subject.as_str());
+        headers.insert(
+            SUBJECT_HEADER,
+            dataplane::ingest_subject(stored.subject.as_str()).as_ref(),
+        );
         let mut payload = stored.payload.clone();
         // Over the limit whatever the reason (a bad subject is found before the size).
         let oversized = payload.len() > self.max_event_bytes
@@ -343,9 +400,14 @@ impl FanOut {
     }
 }
 
-/// Fan-out lag, from the shared consumer's state every few seconds: events stored but
-/// not yet fanned out (not delivered to a worker, or delivered and not acknowledged).
-async fn report_lag(consumer: consumer::Consumer<pull::Config>, metrics: Arc<Metrics>) {
+/// Fan-out lag of one partition, from its consumer's state every few seconds: events
+/// stored but not yet fanned out (not delivered to a worker, or delivered and not
+/// acknowledged).
+async fn report_lag(
+    consumer: consumer::Consumer<pull::Config>,
+    metrics: Arc<Metrics>,
+    label: PartitionLabel,
+) {
     let mut tick = tokio::time::interval(LAG_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -353,7 +415,10 @@ async fn report_lag(consumer: consumer::Consumer<pull::Config>, metrics: Arc<Met
         match consumer.get_info().await {
             Ok(info) => {
                 let pending = info.num_pending + info.num_ack_pending as u64;
-                metrics.fanout_pending.set(pending as i64);
+                metrics
+                    .fanout_pending
+                    .get_or_create(&label)
+                    .set(pending as i64);
             }
             Err(error) => tracing::debug!(%error, "fan-out consumer info"),
         }
@@ -367,4 +432,12 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Whether fanning out `stored` (and the catch-up or gap before it) may match any
+/// namespace's endpoints: an event with a type, or a worker's first event or one after
+/// a gap, which republish earlier events. Without a type an event is dead-lettered.
+fn needs_every_endpoint(stored: &Stored, expected: Option<u64>) -> bool {
+    dataplane::parse_event_subject(&stored.subject).is_some()
+        || expected.is_none_or(|next| stored.seq > next)
 }

@@ -9,22 +9,9 @@ use super::redact;
 use super::resolve::VetError;
 use super::tunnel::ProxyError;
 
-pub(super) fn direct_error(e: &reqwest::Error) -> (Outcome, String) {
-    let outcome = if has::<Forbidden>(e) {
-        Outcome::AddressForbidden
-    } else if e.is_timeout() {
-        Outcome::Timeout
-    } else if e.is_connect() {
-        Outcome::ConnectError
-    } else {
-        Outcome::RequestError
-    };
-    (outcome, error_chain(outcome, std::error::Error::source(e)))
-}
-
-/// A proxied request's failure: refused by the policy, the proxy's fault (named, a
-/// connect error), or the target's.
-pub(super) fn proxied_error(e: &hyper_util::client::legacy::Error) -> (Outcome, String) {
+/// A request's failure (direct or proxied): refused by the policy, a connect error (the
+/// target's, or an egress proxy's, which names it), or another request error.
+pub(super) fn request_error(e: &hyper_util::client::legacy::Error) -> (Outcome, String) {
     let outcome = if has::<Forbidden>(e) {
         Outcome::AddressForbidden
     } else if e.is_connect() || has::<ProxyError>(e) {
@@ -37,7 +24,11 @@ pub(super) fn proxied_error(e: &hyper_util::client::legacy::Error) -> (Outcome, 
     let mut source = std::error::Error::source(e);
     let mut cause = source;
     while let Some(err) = cause {
-        if err.is::<ProxyError>() || err.is::<Forbidden>() || err.is::<VetError>() {
+        if err.is::<ProxyError>()
+            || err.is::<Forbidden>()
+            || err.is::<VetError>()
+            || err.is::<super::connect::ConnectFailed>()
+        {
             source = Some(err);
             break;
         }

@@ -4,6 +4,7 @@
 //! `crate::attempt::AttemptResult` (what follows from it is decided there, purely).
 //!
 //! - [`resolve`]: the address policy applied to every new connection's addresses;
+//! - [`connect`]: direct connections to vetted addresses;
 //! - `herald_core::egress`: the proxies the platform configured and which one a
 //!   delivery takes (shared with the operator, which validates the endpoint's choice);
 //! - [`tunnel`]: CONNECT tunnels to vetted addresses through a proxy;
@@ -11,6 +12,7 @@
 //! - [`classify`]: what a failed request was, and its text in the attempt log.
 
 mod classify;
+mod connect;
 mod redact;
 mod resolve;
 mod tunnel;
@@ -31,35 +33,68 @@ use crate::attempt::AttemptResult;
 use crate::retry::parse_retry_after;
 use herald_core::dataplane::AttemptOutcome as Outcome;
 
-use classify::{direct_error, proxied_error};
+use classify::request_error;
+use connect::DirectConnector;
 pub use herald_core::egress::{DEFAULT_PROXY, Egress, EgressArgs, EgressError, ProxyDef, Route};
 pub use redact::SNIPPET_BYTES;
 use redact::{Chunks, read_snippet};
-use resolve::{Lookup, PolicyResolver, system_lookup};
+use resolve::{Lookup, system_lookup};
 use tunnel::{ProxyErrors, TunnelConnector};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-const POOL_MAX_IDLE_PER_HOST: usize = 64;
+/// Idle connections kept per receiver host (and per proxy) by default: at least the
+/// attempts that are in flight to one host at once, or connections are opened and closed
+/// per delivery (`docs/bench/profile.md` measured 15–20 µs of CPU per event for that
+/// with a pool of 64 below 640 attempts in flight to one host).
+pub const DEFAULT_IDLE_PER_HOST: usize = 1024;
 const USER_AGENT: &str = concat!("Herald/", env!("CARGO_PKG_VERSION"));
 
-type Proxied = HyperClient<hyper_rustls::HttpsConnector<TunnelConnector>, Full<Bytes>>;
+/// A pooled hyper client over a connector (TLS by `hyper-rustls`, HTTP/1.1 and, where
+/// the receiver offers it in ALPN, HTTP/2).
+type Pooled<C> = HyperClient<hyper_rustls::HttpsConnector<C>, Full<Bytes>>;
 
 /// The delivery client: a pooled direct client and one pooled client per egress proxy
 /// (so connections are reused per proxy, never across proxies). Cheap to clone.
+///
+/// Both are hyper's client, driven directly: reqwest's layers on top of it (redirect and
+/// retry policies that Herald turns off, URL conversions) cost about a third of the
+/// direct path's CPU per delivery (`docs/bench/profile.md`, "Fixes").
 #[derive(Clone)]
 pub struct Client {
-    direct: reqwest::Client,
+    direct: Pooled<DirectConnector>,
     egress: Arc<Egress>,
-    proxied: Arc<BTreeMap<String, Proxied>>,
+    proxied: Arc<BTreeMap<String, Pooled<TunnelConnector>>>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("building the HTTP client (is a rustls crypto provider installed?): {0}")]
-    Http(#[source] reqwest::Error),
-    #[error("loading the platform's TLS roots for proxied deliveries: {0}")]
+    #[error("loading the platform's TLS roots (is a rustls crypto provider installed?): {0}")]
     Tls(#[source] rustls::Error),
+}
+
+/// A pooled client over `connector`.
+fn pooled<C>(connector: C, tls: &rustls::ClientConfig, idle_per_host: usize) -> Pooled<C>
+where
+    C: tower_service::Service<hyper::Uri> + Clone + Send + Sync + 'static,
+    C::Response: hyper::rt::Read
+        + hyper::rt::Write
+        + hyper_util::client::legacy::connect::Connection
+        + Send
+        + Unpin,
+    C::Future: Send + Unpin,
+    C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls.clone())
+        .https_or_http()
+        .enable_all_versions()
+        .wrap_connector(connector);
+    HyperClient::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(idle_per_host)
+        .build(https)
 }
 
 impl Client {
@@ -72,47 +107,41 @@ impl Client {
         policy: Arc<AddressPolicy>,
         egress: Egress,
         proxy_errors: ProxyErrors,
+        idle_per_host: usize,
     ) -> Result<Self, ClientError> {
-        Self::build(policy, egress, system_lookup(), None, proxy_errors)
+        Self::build(
+            policy,
+            egress,
+            system_lookup(),
+            None,
+            proxy_errors,
+            idle_per_host,
+        )
     }
 
-    /// With `tls` unset, TLS inside tunnels checks certificates like the direct client
-    /// (the platform's roots); tests give their own roots.
+    /// With `tls` unset, TLS checks certificates against the platform's roots; tests
+    /// give their own roots.
     fn build(
         policy: Arc<AddressPolicy>,
         egress: Egress,
         lookup: Lookup,
         tls: Option<rustls::ClientConfig>,
         proxy_errors: ProxyErrors,
+        idle_per_host: usize,
     ) -> Result<Self, ClientError> {
-        let direct = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
-            .tcp_nodelay(true)
-            .user_agent(USER_AGENT)
-            .dns_resolver(PolicyResolver {
-                policy: policy.clone(),
-                lookup: lookup.clone(),
-            })
-            .build()
-            .map_err(ClientError::Http)?;
         let tls = match tls {
             Some(tls) => tls,
-            None if egress.proxies.is_empty() => {
-                return Ok(Self {
-                    direct,
-                    egress: Arc::new(egress),
-                    proxied: Arc::default(),
-                });
-            }
             None => {
                 use rustls_platform_verifier::ConfigVerifierExt;
                 rustls::ClientConfig::with_platform_verifier().map_err(ClientError::Tls)?
             }
         };
+        let direct = DirectConnector {
+            policy: policy.clone(),
+            lookup: lookup.clone(),
+            connect_timeout: CONNECT_TIMEOUT,
+        };
+        let direct = pooled(direct, &tls, idle_per_host);
         let proxied = egress
             .proxies
             .values()
@@ -124,17 +153,7 @@ impl Client {
                     connect_timeout: CONNECT_TIMEOUT,
                     errors: proxy_errors.clone(),
                 };
-                let https = hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_tls_config(tls.clone())
-                    .https_or_http()
-                    .enable_http1()
-                    .wrap_connector(connector);
-                let client = HyperClient::builder(TokioExecutor::new())
-                    .pool_timer(TokioTimer::new())
-                    .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-                    .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
-                    .build(https);
-                (proxy.name.clone(), client)
+                (proxy.name.clone(), pooled(connector, &tls, idle_per_host))
             })
             .collect();
         Ok(Self {
@@ -197,17 +216,11 @@ pub async fn send(client: &Client, policy: &AddressPolicy, attempt: Attempt<'_>)
         signature: &signature,
         attempt: &attempt,
     };
-    let snippet = match route {
+    let sent = match route {
         Route::Refused(why) => return fail(Outcome::AddressForbidden, why),
-        Route::Direct => match direct(&client.direct, signed).await {
-            Ok(answer) => answered(answer, started, &attempt, &secrets).await,
-            Err(e) => Err(direct_error(&e)),
-        },
+        Route::Direct => Ok(request(&client.direct, signed, started).await),
         Route::Proxy(proxy) => match client.proxied.get(&proxy.name) {
-            Some(via) => match proxied(via, signed, started).await {
-                Ok(answer) => answered(answer, started, &attempt, &secrets).await,
-                Err(failure) => Err(failure),
-            },
+            Some(via) => Ok(request(via, signed, started).await),
             // Every configured proxy has a client (`build`); kept as a failure, not a panic.
             None => Err((
                 Outcome::RequestError,
@@ -215,7 +228,11 @@ pub async fn send(client: &Client, policy: &AddressPolicy, attempt: Attempt<'_>)
             )),
         },
     };
-    match snippet {
+    let answered = match sent {
+        Ok(Ok(answer)) => answered(answer, started, &attempt, &secrets).await,
+        Ok(Err(failure)) | Err(failure) => Err(failure),
+    };
+    match answered {
         Ok(result) => result,
         Err((outcome, snippet)) => fail(outcome, snippet),
     }
@@ -244,28 +261,22 @@ impl Signed<'_> {
     }
 }
 
-async fn direct(
-    client: &reqwest::Client,
-    signed: Signed<'_>,
-) -> Result<Answer<reqwest::Response>, reqwest::Error> {
-    let attempt = signed.attempt;
-    let mut request = client.post(signed.url.clone()).timeout(attempt.timeout);
-    for (name, value) in signed.headers() {
-        request = request.header(name, value);
-    }
-    let response = request.body(attempt.body.clone()).send().await?;
-    Ok(Answer {
-        status: response.status().as_u16(),
-        retry_after: retry_after(response.headers(), signed.now),
-        body: response,
-    })
-}
-
-async fn proxied(
-    client: &Proxied,
+/// Sends `signed` through `client` within the attempt's timeout (from `started`).
+async fn request<C>(
+    client: &Pooled<C>,
     signed: Signed<'_>,
     started: Instant,
-) -> Result<Answer<ProxiedBody>, (Outcome, String)> {
+) -> Result<Answer<TimedBody>, (Outcome, String)>
+where
+    C: tower_service::Service<hyper::Uri> + Clone + Send + Sync + 'static,
+    C::Response: hyper::rt::Read
+        + hyper::rt::Write
+        + hyper_util::client::legacy::connect::Connection
+        + Send
+        + Unpin,
+    C::Future: Send + Unpin,
+    C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let attempt = signed.attempt;
     let deadline = tokio::time::Instant::from_std(started + attempt.timeout);
     let mut request = hyper::Request::post(signed.url.as_str()).header("user-agent", USER_AGENT);
@@ -286,13 +297,13 @@ async fn proxied(
                 format!("timeout: no answer within {secs}s"),
             ));
         }
-        Ok(Err(e)) => return Err(proxied_error(&e)),
+        Ok(Err(e)) => return Err(request_error(&e)),
         Ok(Ok(response)) => response,
     };
     Ok(Answer {
         status: response.status().as_u16(),
         retry_after: retry_after(response.headers(), signed.now),
-        body: ProxiedBody {
+        body: TimedBody {
             body: response.into_body(),
             deadline,
         },
@@ -324,13 +335,13 @@ async fn answered(
     })
 }
 
-/// A proxied response's body, read until the attempt's deadline at the latest.
-struct ProxiedBody {
+/// A response's body, read until the attempt's deadline at the latest.
+struct TimedBody {
     body: hyper::body::Incoming,
     deadline: tokio::time::Instant,
 }
 
-impl Chunks for ProxiedBody {
+impl Chunks for TimedBody {
     async fn next_chunk(&mut self) -> Result<Option<Bytes>, ()> {
         loop {
             match tokio::time::timeout_at(self.deadline, self.body.frame()).await {

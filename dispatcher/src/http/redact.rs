@@ -23,12 +23,6 @@ pub(crate) trait Chunks {
     async fn next_chunk(&mut self) -> Result<Option<Bytes>, ()>;
 }
 
-impl Chunks for reqwest::Response {
-    async fn next_chunk(&mut self) -> Result<Option<Bytes>, ()> {
-        self.chunk().await.map_err(|_| ())
-    }
-}
-
 /// Reads what the attempt log keeps of a response. Without fields to redact only the
 /// snippet and the look-ahead are kept in memory; with them the whole body read (at most
 /// [`MAX_BODY_READ`]) is, since JSON can only be redacted once it is parsed whole.

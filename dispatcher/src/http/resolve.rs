@@ -1,14 +1,13 @@
 //! The SSRF check at connect time: every new connection resolves the host name again and
 //! keeps only the addresses the platform's [`AddressPolicy`] allows, so a name that
-//! resolves (or is rebound) to an internal address can never be connected to. The direct
-//! client plugs [`PolicyResolver`] into reqwest; the proxied one calls [`vetted`] before it
-//! asks the proxy for a tunnel to one of the addresses it returns.
+//! resolves (or is rebound) to an internal address can never be connected to. Both paths
+//! call [`vetted`] for every new connection: the direct one connects to an address it
+//! returns (`super::connect`), the proxied one asks the proxy for a tunnel to one.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use herald_core::ssrf::{AddressPolicy, Forbidden};
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// Answers a host name's addresses: the system resolver in production; tests inject one
 /// that answers differently from call to call (DNS rebinding).
@@ -24,25 +23,6 @@ pub(crate) fn system_lookup() -> Lookup {
     })
 }
 
-/// A resolver that drops every address the policy refuses. It runs for every new
-/// connection, after any check made earlier (the operator's, or a previous attempt's),
-/// so what is checked is what is connected to.
-pub(crate) struct PolicyResolver {
-    pub(crate) policy: Arc<AddressPolicy>,
-    pub(crate) lookup: Lookup,
-}
-
-impl Resolve for PolicyResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let policy = self.policy.clone();
-        let lookup = (self.lookup)(name.as_str().to_owned());
-        Box::pin(async move {
-            let allowed = allowed_addresses(&policy, lookup.await?)?;
-            Ok(Box::new(allowed.into_iter()) as Addrs)
-        })
-    }
-}
-
 /// Why a host has no address to connect to.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum VetError {
@@ -56,6 +36,28 @@ pub(crate) enum VetError {
     },
     #[error("{host} has no address")]
     NoAddress { host: String },
+}
+
+/// The vetted addresses of a connector's destination `dst`, and its port: what both
+/// connectors (direct, and through a proxy's tunnel) try in order. A refusal by the
+/// policy is returned unwrapped, so the attempt is classified as refused by it.
+pub(crate) async fn destination(
+    policy: &AddressPolicy,
+    lookup: &Lookup,
+    dst: &hyper::Uri,
+) -> Result<(Vec<IpAddr>, u16), Box<dyn std::error::Error + Send + Sync>> {
+    let host = dst.host().ok_or("the URL has no host")?;
+    let default_port = if dst.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let port = dst.port_u16().unwrap_or(default_port);
+    match vetted(policy, lookup, host).await {
+        Ok(addrs) => Ok((addrs, port)),
+        Err(VetError::Forbidden(forbidden)) => Err(forbidden.into()),
+        Err(other) => Err(other.into()),
+    }
 }
 
 /// The addresses of `host` (a name or an IP literal, IPv6 with or without brackets) the

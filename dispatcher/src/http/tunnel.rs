@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::resolve::{Lookup, VetError, vetted};
+use super::resolve::{Lookup, destination};
 use crate::metrics::ProxyErrorLabel;
 use herald_core::egress::ProxyDef;
 use prometheus_client::metrics::counter::Counter;
@@ -100,19 +100,7 @@ impl tower_service::Service<Uri> for TunnelConnector {
 impl TunnelConnector {
     /// A tunnel to the first vetted address of `dst`'s host the proxy connects to.
     async fn connect(&self, dst: Uri) -> Result<TcpStream, BoxError> {
-        let host = dst.host().ok_or("the URL has no host")?;
-        let default_port = if dst.scheme_str() == Some("https") {
-            443
-        } else {
-            80
-        };
-        let port = dst.port_u16().unwrap_or(default_port);
-        let addrs = match vetted(&self.policy, &self.lookup, host).await {
-            Ok(addrs) => addrs,
-            // Unwrapped, so the attempt is classified as refused by the policy.
-            Err(VetError::Forbidden(forbidden)) => return Err(forbidden.into()),
-            Err(other) => return Err(other.into()),
-        };
+        let (addrs, port) = destination(&self.policy, &self.lookup, &dst).await?;
         let mut refused = None;
         for ip in addrs {
             let tunnel = self.tunnel(SocketAddr::new(ip, port)).await;

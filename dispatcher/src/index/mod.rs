@@ -1,12 +1,18 @@
-//! The dispatcher's view of configuration: every endpoint and key set from the
-//! `herald-config` KV bucket, kept current by a watch. Fan-out reads it to match events;
-//! shards read it to deliver. While the Kubernetes API (or the operator) is down, this
-//! view simply stops changing — delivery goes on with the last known configuration.
+//! The dispatcher's view of configuration: the endpoints its shards and partitions need
+//! ([`scope`]), every key set and tenant policy, from the `herald-config` KV bucket,
+//! kept current by a watch. Fan-out reads it to match events; shards read it to
+//! deliver. While the Kubernetes API (or the operator) is down, this view simply stops
+//! changing — delivery goes on with the last known configuration.
+//!
+//! Contract: a shard (and its partition) starts only after [`Index::cover`] returned,
+//! i.e. after a complete pass over the bucket that kept its endpoints; an entry the
+//! scope does not keep is never half-applied (skipped whole); a pass that re-reads what
+//! the index already holds announces no change.
 
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock, Weak};
 
-use futures::StreamExt;
 use herald_core::dataplane::{
     BucketKey, EndpointConfig, EndpointKey, KeySet, TenantPolicy, keyset_key,
 };
@@ -14,12 +20,13 @@ use herald_core::pattern::Pattern;
 use herald_core::signing::SigningKey;
 use herald_core::v1alpha1::DeliveryPolicy;
 
-use crate::supervise::Readiness;
 use matcher::Namespace;
+pub use scope::Claim;
+use scope::Scope;
 use tokio::sync::{broadcast, watch};
 
 /// An endpoint as the data plane uses it: the configuration plus what is derived once.
-/// Kept small: every replica holds one per endpoint of the installation.
+/// Kept small: a replica holds one per endpoint of its shards and partitions.
 #[derive(Debug)]
 pub struct Endpoint {
     pub config: EndpointConfig,
@@ -78,8 +85,11 @@ struct Inner {
     /// Delivery policies shared by endpoints that use the same one.
     policies: HashMap<Arc<str>, Weak<DeliveryPolicy>>,
     namespaces: HashMap<String, Namespace>,
-    keys: HashMap<String, Arc<[SigningKey]>>,
+    /// Per key set: a hash of its stored value (so reading it again is no change) and
+    /// the keys.
+    keys: HashMap<String, (u64, Arc<[SigningKey]>)>,
     tenants: HashMap<String, TenantPolicy>,
+    scope: Scope,
 }
 
 impl Inner {
@@ -105,6 +115,34 @@ impl Inner {
         }
         endpoint
     }
+
+    /// Drops the endpoints the scope no longer keeps. No change is announced: the shards
+    /// that delivered to them have stopped.
+    fn narrow(&mut self) {
+        let Self {
+            endpoints,
+            namespaces,
+            scope,
+            ..
+        } = self;
+        endpoints.retain(|_, endpoint| {
+            let keep = scope.keeps(&endpoint.config);
+            if !keep && let Some(namespace) = namespaces.get_mut(&endpoint.config.namespace) {
+                namespace.remove(endpoint);
+                if namespace.count == 0 {
+                    namespaces.remove(&endpoint.config.namespace);
+                }
+            }
+            keep
+        });
+    }
+}
+
+/// The passes over the bucket: the generation the scope asks for (raised when it grows)
+/// and the one the last complete pass read. Generation 1 is the first load.
+struct Passes {
+    wanted: watch::Sender<u64>,
+    read: watch::Sender<u64>,
 }
 
 /// Shared, cheaply cloned.
@@ -112,7 +150,7 @@ impl Inner {
 pub struct Index {
     inner: Arc<RwLock<Inner>>,
     changes: broadcast::Sender<Change>,
-    loaded: Arc<watch::Sender<bool>>,
+    passes: Arc<Passes>,
 }
 
 impl Default for Index {
@@ -120,12 +158,59 @@ impl Default for Index {
         Self {
             inner: Arc::default(),
             changes: broadcast::channel(4096).0,
-            loaded: Arc::new(watch::channel(false).0),
+            passes: Arc::new(Passes {
+                wanted: watch::channel(1).0,
+                read: watch::channel(0).0,
+            }),
+        }
+    }
+}
+
+/// A claim on part of the configuration ([`Index::cover`]); dropping it gives the part
+/// up.
+pub struct Cover {
+    index: Index,
+    claim: Claim,
+}
+
+impl Drop for Cover {
+    fn drop(&mut self) {
+        let mut inner = self.index.inner.write().expect("index lock");
+        if inner.scope.remove(self.claim) {
+            inner.narrow();
         }
     }
 }
 
 impl Index {
+    /// From now on keeps only what claims ask for, in an installation of `shards`
+    /// shards (a dispatcher's: see [`scope`]); called before the index is followed.
+    pub fn scope_to(&self, shards: u32) {
+        let mut inner = self.inner.write().expect("index lock");
+        inner.scope = Scope::scoped(shards);
+        inner.narrow();
+    }
+
+    /// Keeps the endpoints `claim` needs from now on; returns once the index holds all
+    /// of them (after a complete pass over the bucket when the scope grew), or `None`
+    /// when `stop` is set first.
+    pub async fn cover(&self, claim: Claim, stop: &mut watch::Receiver<bool>) -> Option<Cover> {
+        let grew = self.inner.write().expect("index lock").scope.add(claim);
+        let cover = Cover {
+            index: self.clone(),
+            claim,
+        };
+        if grew {
+            self.passes.wanted.send_modify(|wanted| *wanted += 1);
+        }
+        let target = *self.passes.wanted.borrow();
+        let mut read = self.passes.read.subscribe();
+        tokio::select! {
+            _ = read.wait_for(|read| *read >= target) => Some(cover),
+            _ = stop.wait_for(|s| *s) => None,
+        }
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.changes.subscribe()
     }
@@ -154,9 +239,10 @@ impl Index {
             .expect("index lock")
             .keys
             .get(&keyset_key(namespace, secret))
-            .cloned()
+            .map(|(_, keys)| keys.clone())
     }
 
+    /// The endpoints held (those the scope keeps).
     pub fn endpoint_count(&self) -> usize {
         self.inner.read().expect("index lock").endpoints.len()
     }
@@ -196,6 +282,14 @@ impl Index {
         };
         let mut guard = self.inner.write().expect("index lock");
         let inner = &mut *guard;
+        let old = inner.endpoints.get(&ep_key);
+        match &endpoint {
+            // Not this replica's: skipped whole (a deletion of one it holds is not).
+            Some(new) if !inner.scope.keeps(&new.config) && old.is_none() => return None,
+            // Read again by a pass: nothing changed.
+            Some(new) if old.is_some_and(|old| old.config == new.config) => return None,
+            _ => {}
+        }
         let endpoint = endpoint.map(|e| inner.intern(e));
         let ns = ep_key.namespace().to_owned();
         // Out with the old entry first: old and new share the key, so removing the old
@@ -220,7 +314,7 @@ impl Index {
     }
 
     fn apply_keys(&self, key: &str, secret: EndpointKey, value: Option<&[u8]>) -> Option<Change> {
-        let keys = match value.map(parse_keys) {
+        let keys = match value.map(|v| parse_keys(v).map(|keys| (hash_of(v), keys))) {
             None => None,
             Some(Ok(keys)) => Some(keys),
             Some(Err(error)) => {
@@ -230,10 +324,16 @@ impl Index {
             }
         };
         let mut inner = self.inner.write().expect("index lock");
-        match keys {
-            Some(keys) => inner.keys.insert(key.to_owned(), keys),
-            None => inner.keys.remove(key),
+        let unchanged = match keys {
+            Some((hash, keys)) => inner
+                .keys
+                .insert(key.to_owned(), (hash, keys))
+                .is_some_and(|(before, _)| before == hash),
+            None => inner.keys.remove(key).is_none(),
         };
+        if unchanged {
+            return None;
+        }
         Some(Change::Keys {
             namespace: secret.namespace().to_owned(),
             secret: secret.name(),
@@ -250,10 +350,13 @@ impl Index {
             }
         };
         let mut inner = self.inner.write().expect("index lock");
-        match policy {
+        let before = match policy {
             Some(policy) => inner.tenants.insert(namespace.clone(), policy),
             None => inner.tenants.remove(&namespace),
         };
+        if before == policy {
+            return None;
+        }
         Some(Change::Tenant(namespace))
     }
 
@@ -277,20 +380,23 @@ impl Index {
             .collect()
     }
 
-    /// Marks the configuration as completely loaded (the bucket's content as of the
-    /// start, not just part of it).
-    pub fn mark_loaded(&self) {
-        self.loaded.send_replace(true);
+    /// Marks pass `generation` complete: the bucket's content as of its start is
+    /// applied (not just part of it), for the scope as it was then or wider.
+    fn mark_read(&self, generation: u64) {
+        self.passes
+            .read
+            .send_if_modified(|read| std::mem::replace(read, generation.max(*read)) < generation);
     }
 
+    /// Whether the first complete pass is in.
     pub fn is_loaded(&self) -> bool {
-        *self.loaded.borrow()
+        *self.passes.read.borrow() >= 1
     }
 
-    /// Waits until the configuration is completely loaded.
+    /// Waits until the configuration is completely loaded (the first pass).
     pub async fn wait_loaded(&self) {
-        let mut loaded = self.loaded.subscribe();
-        let _ = loaded.wait_for(|l| *l).await;
+        let mut read = self.passes.read.subscribe();
+        let _ = read.wait_for(|read| *read >= 1).await;
     }
 }
 
@@ -327,6 +433,12 @@ fn compile(value: &[u8]) -> Result<Endpoint, ConfigError> {
     })
 }
 
+fn hash_of(value: &[u8]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
 fn parse_keys(value: &[u8]) -> Result<Arc<[SigningKey]>, ConfigError> {
     let set: KeySet = serde_json::from_slice(value)?;
     set.keys
@@ -338,70 +450,10 @@ fn parse_keys(value: &[u8]) -> Result<Arc<[SigningKey]>, ConfigError> {
         .collect()
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum FollowError {
-    #[error("watching the configuration bucket: {0}")]
-    Watch(#[from] async_nats::jetstream::kv::WatchError),
-    #[error("reading the configuration bucket: {0}")]
-    Read(#[source] async_nats::Error),
-    #[error("the configuration watch ended")]
-    Ended,
-}
-
-/// The readiness part [`follow`] reports.
-pub const PART: &str = "config";
-
-/// Follows the configuration bucket into `index` until `stop` is set: applies the
-/// bucket's current content and marks the index loaded only once all of it is applied
-/// (an error before that is returned, never taken for an empty bucket), then applies
-/// every change. Returns an error when the watch fails or ends, for the supervisor to
-/// start it again; the index keeps its last known content meanwhile.
-pub async fn follow(
-    index: Index,
-    bucket: async_nats::jetstream::kv::Store,
-    readiness: Arc<Readiness>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), FollowError> {
-    // Complete once the watch has delivered the bucket's last revision as of now (it
-    // sends the latest entry of every key, in stream order).
-    // Asked of the server now: `Store::status` answers from the handle's cached stream
-    // info (as of when the bucket was opened), which after a restart of this watch would
-    // be a stale target.
-    let mut stream = bucket.stream.clone();
-    let last = stream
-        .info()
-        .await
-        .map_err(|e| FollowError::Read(e.into()))?
-        .state
-        .last_sequence;
-    let mut watch = bucket.watch_with_history(">").await?;
-    let mut loaded = last == 0;
-    if loaded {
-        index.mark_loaded();
-        readiness.set(PART, true);
-    }
-    loop {
-        let entry = tokio::select! {
-            _ = stop.wait_for(|s| *s) => return Ok(()),
-            entry = watch.next() => entry,
-        };
-        let entry = match entry {
-            Some(Ok(entry)) => entry,
-            Some(Err(error)) => return Err(FollowError::Read(error.into())),
-            None => return Err(FollowError::Ended),
-        };
-        let value = matches!(entry.operation, async_nats::jetstream::kv::Operation::Put)
-            .then_some(&entry.value[..]);
-        index.apply(&entry.key, value);
-        if !loaded && (entry.revision >= last || entry.delta == 0) {
-            loaded = true;
-            index.mark_loaded();
-            readiness.set(PART, true);
-            tracing::info!(endpoints = index.endpoint_count(), "configuration loaded");
-        }
-    }
-}
-
+mod follow;
 mod matcher;
+pub mod scope;
+
+pub use follow::{FollowError, PART, follow};
 #[cfg(test)]
 mod tests;

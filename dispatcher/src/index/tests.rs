@@ -91,6 +91,83 @@ fn an_endpoint_whose_patterns_overlap_is_matched_once() {
     assert!(index.matching("other", "order").is_none());
 }
 
+fn on_shard(namespace: &str, name: &str, shard: u32) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "namespace": namespace, "name": name, "uid": name, "generation": 1,
+        "url": "https://hooks.example.com/", "eventTypes": ["*"], "secret": "s",
+        "delivery": {}, "shard": shard
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_scoped_index_holds_what_its_claims_need_once_a_pass_read_it() {
+    use herald_core::dataplane::partition_of;
+    let shards = 4;
+    let index = Index::default();
+    index.scope_to(shards);
+    let (_stop_tx, mut stop) = watch::channel(false);
+    // Two namespaces: one in partition 1, one elsewhere.
+    let names = |p: bool| {
+        (0..)
+            .map(|i| format!("t{i}"))
+            .find(move |ns| (partition_of(ns, shards) == 1) == p)
+            .unwrap()
+    };
+    let (mine, other) = (names(true), names(false));
+    let apply_all = |index: &Index| {
+        index.apply(
+            &format!("ep.{other}.on1"),
+            Some(&on_shard(&other, "on1", 1)),
+        );
+        index.apply(
+            &format!("ep.{other}.on2"),
+            Some(&on_shard(&other, "on2", 2)),
+        );
+        index.apply(&format!("ep.{mine}.on3"), Some(&on_shard(&mine, "on3", 3)));
+    };
+    // The first pass, nothing claimed: only key sets and policies would be kept.
+    apply_all(&index);
+    index.mark_read(1);
+    assert!(index.is_loaded());
+    assert_eq!(index.endpoint_count(), 0);
+
+    // Shard 1 claimed: the claim waits for a pass that reads with it.
+    let claiming = tokio::spawn({
+        let (index, mut stop) = (index.clone(), stop.clone());
+        async move { index.cover(Claim::Shard(1), &mut stop).await }
+    });
+    tokio::task::yield_now().await;
+    assert!(
+        !claiming.is_finished(),
+        "covered before a pass read the shard"
+    );
+    let mut changes = index.subscribe();
+    apply_all(&index);
+    index.mark_read(2);
+    let cover = claiming.await.unwrap().expect("covered");
+    // Shard 1's endpoint, and partition 1's namespace's on shard 3; not shard 2's.
+    let held = |name: &str, ns: &str| index.endpoint(&EndpointKey::new(ns, name)).is_some();
+    assert!(held("on1", &other) && held("on3", &mine) && !held("on2", &other));
+    assert_eq!(index.matching(&mine, "x").unwrap().len(), 1);
+    // Read again by the next pass: no change announced.
+    while changes.try_recv().is_ok() {}
+    apply_all(&index);
+    assert!(changes.try_recv().is_err(), "an unchanged entry announced");
+
+    // A second claim on the same shard needs no pass; giving one up keeps the shard.
+    let again = index
+        .cover(Claim::Shard(1), &mut stop)
+        .await
+        .expect("covered");
+    drop(again);
+    assert_eq!(index.endpoint_count(), 2);
+    // The last claim given up: its endpoints and its namespaces' are dropped.
+    drop(cover);
+    assert_eq!(index.endpoint_count(), 0);
+    assert!(index.matching(&mine, "x").is_none());
+}
+
 mod against_a_scan {
     use super::*;
     use proptest::prelude::*;

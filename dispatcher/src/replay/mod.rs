@@ -18,7 +18,7 @@ use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::kv;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    AttemptRecord, BucketKey, DeliveryState, EndpointKey, ReplayProgress, ReplayRequest,
+    AttemptRecord, BucketKey, DeliveryState, EndpointKey, ReplayProgress, ReplayRequest, shard_for,
 };
 use herald_core::pattern::Pattern;
 use tokio::sync::watch;
@@ -187,10 +187,18 @@ async fn withdraw(shared: &Shared, shard: u32, key: &str, task: JoinHandle<bool>
 /// One replay, from where its progress says to the end. Returns whether it was this
 /// shard's.
 async fn work(shared: Shared, shard: u32, key: String, request: ReplayRequest) -> bool {
+    // The shard is the endpoint's name's (the index holds only this replica's).
+    if shard_for(
+        &request.namespace,
+        &request.endpoint,
+        shared.settings.shards,
+    ) != shard
+    {
+        return false;
+    }
     let endpoint_key = EndpointKey::new(&request.namespace, &request.endpoint);
     let endpoint = loop {
         match shared.index.endpoint(&endpoint_key) {
-            Some(ep) if ep.config.shard != shard => return false,
             Some(ep) => break ep,
             None => tokio::time::sleep(CONFIG_WAIT).await,
         }

@@ -11,8 +11,8 @@ use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::context::PublishAckFuture;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    ATTEMPTS_STREAM, EVENTS_PREFIX, EndpointKey, Lane, LaneMessage, Origin, ReplayProgress,
-    event_id, parse_event_subject,
+    ATTEMPTS_STREAM, EndpointKey, Lane, LaneMessage, Origin, ReplayProgress, event_id,
+    namespace_event_filters, parse_event_subject,
 };
 use herald_core::envelope::{self, HeaderSize};
 
@@ -42,7 +42,7 @@ impl Replay<'_> {
             .layout
             .events
             .create_consumer(pull::OrderedConfig {
-                filter_subject: format!("{EVENTS_PREFIX}.{}.>", request.namespace),
+                filter_subjects: namespace_event_filters(&request.namespace),
                 deliver_policy: start(request, progress),
                 ..Default::default()
             })

@@ -80,6 +80,7 @@ impl Runtime {
                         continue;
                     };
                     self.spawn_attempt(&key, item, permit);
+                    self.settle(&key);
                     self.maybe_refill(&key, lane);
                     // Back of the ring: the next endpoint gets the next turn.
                     self.mark_ready(&key);
@@ -168,6 +169,8 @@ impl Runtime {
         if !result.is_success() {
             tracing::debug!(endpoint = %key, outcome = result.outcome.as_str(), status = ?result.status, "attempt failed");
         }
+        self.shed_if_stalled(&key);
+        self.settle(&key);
         self.maybe_purge(&key, lane);
         self.maybe_refill(&key, lane);
         self.mark_ready(&key);

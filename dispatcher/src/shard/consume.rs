@@ -15,7 +15,8 @@ use herald_core::dataplane::{
 use tokio::sync::broadcast;
 
 use super::Runtime;
-use crate::endpoint::{Item, RefillRange};
+use super::budget::{ELASTIC_CAP, LaneBudget};
+use crate::endpoint::{EndpointState, Item, RefillRange};
 use crate::index::Change;
 
 /// What a refill read back.
@@ -79,14 +80,45 @@ impl Runtime {
             );
             return;
         };
+        let buffers = self.shared.buffers.clone();
         let state = self.state(&key);
         if item.fired_retry() {
             state.retry_arrived();
         }
-        let cap = state.buffer_cap();
+        let cap = lane_cap(&buffers, state);
         state.lanes.queue(lane).offer(item, cap);
+        self.settle(&key);
         self.maybe_refill(&key, lane);
         self.mark_ready(&key);
+    }
+
+    /// Reports `key`'s buffered bytes to the dispatcher's lane budget (after any change
+    /// of its lanes).
+    pub(super) fn settle(&mut self, key: &EndpointKey) {
+        if let Some(state) = self.endpoints.get_mut(key) {
+            let now = state.lanes.bytes();
+            self.shared.buffers.report(state.budgeted, now);
+            state.budgeted = now;
+        }
+    }
+
+    /// Gives back to JetStream what `key` buffers beyond its base cap once it is not
+    /// delivering (see `super::budget`).
+    pub(super) fn shed_if_stalled(&mut self, key: &EndpointKey) {
+        if let Some(state) = self.endpoints.get_mut(key)
+            && !state.delivering()
+        {
+            let cap = state.buffer_cap();
+            state.lanes.shed(cap);
+            self.settle(key);
+        }
+    }
+
+    /// Forgets `key`'s state, and its bytes in the lane budget.
+    pub(super) fn drop_state(&mut self, key: &EndpointKey) -> Option<EndpointState> {
+        let state = self.endpoints.remove(key)?;
+        self.shared.buffers.report(state.budgeted, 0);
+        Some(state)
     }
 
     pub(super) fn on_change(&mut self, change: Result<Change, broadcast::error::RecvError>) {
@@ -134,6 +166,7 @@ impl Runtime {
                 tracing::info!(endpoint = %key, "endpoint re-enabled");
                 self.save_lasting(&key);
             }
+            self.shed_if_stalled(&key);
             self.mark_ready(&key);
         }
     }
@@ -141,7 +174,7 @@ impl Runtime {
     /// The endpoint was deleted: stop delivering, drop its queued work (the events stay
     /// in the event store for replay), and forget its state.
     fn remove_endpoint(&mut self, key: &EndpointKey) {
-        if self.endpoints.remove(key).is_none() {
+        if self.drop_state(key).is_none() {
             return;
         }
         self.reports.forget(key);
@@ -158,11 +191,23 @@ impl Runtime {
     }
 
     pub(super) fn maybe_refill(&mut self, key: &EndpointKey, lane: Lane) {
+        let buffers = self.shared.buffers.clone();
         let state = self.state(key);
-        let cap = state.buffer_cap();
-        let Some(range) = state.lanes.queue(lane).refill(cap) else {
+        let cap = lane_cap(&buffers, state);
+        let base = state.buffer_cap();
+        let queue = state.lanes.queue(lane);
+        let Some(mut range) = queue.refill(cap) else {
             return;
         };
+        if cap > base {
+            // Beyond the base cap, read what the budget's room holds at this lane's
+            // average item size (a soft bound: a refill runs for one lane at a time).
+            let average = match queue.buffered() {
+                0 => 1024,
+                n => queue.bytes() / n,
+            };
+            range.room = range.room.min((buffers.room() / average.max(1)).max(base));
+        }
         let stream = self.shared.layout.deliveries.clone();
         let subject = key.lane_subject(self.shard, lane);
         let tx = self.refill_tx.clone();
@@ -211,8 +256,20 @@ impl Runtime {
             Ok(next) => state.lanes.queue(lane).refilled(range, items, next),
             Err(()) => state.lanes.queue(lane).refill_failed(),
         }
+        self.settle(&key);
         self.maybe_refill(&key, lane);
         self.mark_ready(&key);
+    }
+}
+
+/// How many items a lane of `state` may buffer now: [`ELASTIC_CAP`] while it is
+/// delivering and the dispatcher's lane budget has room, else its base cap.
+fn lane_cap(buffers: &LaneBudget, state: &EndpointState) -> usize {
+    let base = state.buffer_cap();
+    if state.delivering() && buffers.room() > 0 {
+        ELASTIC_CAP.max(base)
+    } else {
+        base
     }
 }
 

@@ -10,6 +10,7 @@
 //! is the fair scheduler.
 
 mod attempts;
+mod budget;
 mod consume;
 mod lasting;
 mod log;
@@ -30,19 +31,28 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::endpoint::EndpointState;
-use crate::index::Index;
+use crate::index::{Claim, Index};
 use crate::metrics::{Metrics, ShardLabel};
 use crate::setup::Layout;
 use attempts::Completion;
 use consume::Refill;
 
+pub use budget::{DEFAULT_LANE_BUFFER_BYTES, ELASTIC_CAP, LaneBudget};
+
+/// How long a stopped shard waits for its fan-out to acknowledge what it published.
+const FANOUT_STOP: Duration = Duration::from_secs(5);
+
 /// Settings shared by all shards of a dispatcher.
 #[derive(Clone, Debug)]
 pub struct ShardSettings {
+    /// The installation's shard (and ingest partition) count.
+    pub shards: u32,
     /// How attempts share the shard and the dispatcher.
     pub limits: crate::config::Limits,
     /// Minimum time between two health reports of one endpoint.
     pub health_interval: Duration,
+    /// How long a drained endpoint stays quiet before its state is released.
+    pub release_idle_after: Duration,
     /// How long in-flight attempts may finish at shutdown or handover.
     pub grace: Duration,
     /// The streams' retention: no retry may wait longer.
@@ -51,10 +61,12 @@ pub struct ShardSettings {
     pub max_event_bytes: usize,
 }
 
-/// Everything a shard needs, cheap to clone.
+/// Everything a shard needs, cheap to clone (every attempt task holds a clone).
 #[derive(Clone)]
 pub struct Shared {
-    pub layout: Layout,
+    /// Behind an `Arc`: the streams and buckets carry their whole info (configurations,
+    /// subjects), dozens of allocations to clone.
+    pub layout: Arc<Layout>,
     pub index: Index,
     pub http: crate::http::Client,
     pub policy: Arc<AddressPolicy>,
@@ -63,8 +75,15 @@ pub struct Shared {
     /// The dispatcher's ceiling on attempts in flight, shared by its shards: an attempt
     /// holds a permit until its task ends (however it ends).
     pub ceiling: Arc<tokio::sync::Semaphore>,
+    /// What the dispatcher's lanes buffer beyond their base caps (see [`budget`]).
+    pub buffers: Arc<LaneBudget>,
     /// The replay requests that exist, so a deleted replay's items are not attempted.
     pub replays: Arc<crate::replay::Live>,
+    /// What `/readyz` reports; fan-out workers report their part.
+    pub readiness: Arc<crate::supervise::Readiness>,
+    /// How to reach NATS: each fan-out worker has a connection of its own.
+    pub nats: Arc<herald_core::flags::NatsArgs>,
+    pub replica_id: Arc<str>,
 }
 
 /// Why a shard stopped other than by request.
@@ -94,6 +113,11 @@ pub async fn run(
     shard: u32,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ShardError> {
+    // The shard's endpoints and its partition's, in the index before anything is
+    // delivered or matched (held until the shard has stopped).
+    let Some(_cover) = shared.index.cover(Claim::Shard(shard), &mut stop).await else {
+        return Ok(());
+    };
     // What a previous owner saved, before anything is delivered.
     let saved = lasting::load(&shared.layout.js, shard)
         .await
@@ -108,8 +132,10 @@ pub async fn run(
     let scheduled = lasting::load_scheduled(&shared.layout.deliveries, shard)
         .await
         .map_err(ShardError::Load)?;
-    // The replays of this shard's endpoints run beside it and stop with it.
+    // The replays of this shard's endpoints and the fan-out of its ingest partition run
+    // beside it and stop with it (aborted when it is).
     let replays = tokio::spawn(crate::replay::run(shared.clone(), shard, stop.clone()));
+    let mut fanout = crate::fanout::spawn_for_shard(&shared, shard, &stop);
     let mut runtime = Runtime::new(shared, shard, saved);
     runtime.load_tenants();
     // Endpoints whose work waits only as schedules report their backlog too.
@@ -118,6 +144,13 @@ pub async fn run(
     }
     let result = runtime.run(&mut stop).await;
     replays.abort();
+    if result.is_ok() {
+        // Stopped: fan-out acknowledges what it published, then ends.
+        let _ = tokio::time::timeout(FANOUT_STOP, async {
+            while fanout.join_next().await.is_some() {}
+        })
+        .await;
+    }
     if result.is_err() {
         runtime.attempts.abort_all();
     }

@@ -67,13 +67,23 @@ impl Runtime {
                         tracing::warn!(%error, "health write failed; retried at the next change");
                     }
                 });
+            } else if state.releasable(now, self.shared.settings.release_idle_after) {
+                // Drained, quiet and reported: nothing here is needed any more.
+                gone.push(key.clone());
             }
         }
         for key in gone {
             self.forget(&key);
         }
         let metrics = &self.shared.metrics;
+        metrics
+            .endpoint_states
+            .get_or_create(&self.label)
+            .set(self.endpoints.len() as i64);
         metrics.open_circuits.get_or_create(&self.label).set(open);
+        metrics
+            .lane_buffer_bytes
+            .set(self.shared.buffers.used() as i64);
         metrics
             .disabled_endpoints
             .get_or_create(&self.label)
@@ -102,7 +112,7 @@ impl Runtime {
     }
 
     fn forget(&mut self, key: &EndpointKey) {
-        self.endpoints.remove(key);
+        self.drop_state(key);
         self.reports.forget(key);
         self.last_purge.remove(key);
     }
@@ -146,12 +156,16 @@ impl Runtime {
 /// However a shard ends, its numbers leave with it: the next owner reports them.
 impl Drop for Runtime {
     fn drop(&mut self) {
+        for state in self.endpoints.values() {
+            self.shared.buffers.report(state.budgeted, 0);
+        }
         let metrics = &self.shared.metrics;
         metrics.pending.remove(self.shard);
         for gauge in [
             &metrics.in_flight,
             &metrics.open_circuits,
             &metrics.disabled_endpoints,
+            &metrics.endpoint_states,
         ] {
             gauge.remove(&self.label);
         }

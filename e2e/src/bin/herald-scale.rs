@@ -65,16 +65,21 @@ struct Args {
 /// CPU ticks per second of /proc (USER_HZ; 100 on every Linux this runs on).
 const TICKS: f64 = 100.0;
 
-/// Resident memory (KiB) and CPU time (user + system) of a process.
-fn proc_usage(pid: u32) -> (u64, Duration) {
-    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// A field of `/proc/<pid>/status` in KiB (`VmRSS:`, `RssAnon:`).
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// Resident memory (KiB) and CPU time (user + system) of a process.
+fn proc_usage(pid: u32) -> (u64, Duration) {
+    let rss = proc_status_kib(pid, "VmRSS:");
     let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
@@ -224,6 +229,9 @@ fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTree
 struct Snapshot {
     at: Instant,
     rss_kib: u64,
+    /// The anonymous part of the RSS: the heap and stacks, without the binary's own
+    /// pages (which grow as code runs for the first time, whatever the endpoint count).
+    anon_kib: u64,
     cpu: Duration,
     requests: BTreeMap<String, f64>,
     storage: f64,
@@ -236,6 +244,7 @@ async fn snapshot(env: &herald_e2e::TestEnv, pid: u32, operator_metrics: &str) -
     Snapshot {
         at: Instant::now(),
         rss_kib,
+        anon_kib: proc_status_kib(pid, "RssAnon:"),
         cpu,
         requests: requests(&metrics),
         storage: storage_bytes(&metrics),
@@ -637,6 +646,20 @@ async fn main() {
         out,
         "| Operator RSS per endpoint (end − baseline) | {:.2} KiB |",
         grown_end as f64 / n
+    );
+    let _ = writeln!(
+        out,
+        "| Operator anonymous RSS (heap; no binary pages): baseline / all Ready / end | {} / {} / {} |",
+        mib(base_snap.anon_kib),
+        mib(ready_snap.anon_kib),
+        mib(end_snap.anon_kib)
+    );
+    let anon_per = |s: &Snapshot| s.anon_kib.saturating_sub(base_snap.anon_kib) as f64 / n;
+    let _ = writeln!(
+        out,
+        "| Operator anonymous RSS per endpoint: all Ready / end | {:.2} KiB / {:.2} KiB |",
+        anon_per(&ready_snap),
+        anon_per(&end_snap)
     );
     let cpu_ready = ready_snap.cpu.saturating_sub(base_snap.cpu);
     let steady = end_snap.at - sweep_snap.at;

@@ -3,6 +3,11 @@
 
 use clap::Parser;
 
+/// The dispatcher binary's allocator (`dispatcher/src/main.rs`), so what is measured is
+/// what runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     // Listen for SIGINT before anything else: a test may stop this process right after

@@ -3,6 +3,11 @@
 
 use clap::Parser;
 
+/// The allocator of `herald-operator` (its `main.rs` says why), so what the scale
+/// harness measures is what runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()

@@ -147,9 +147,24 @@ async fn deleting_a_running_replay_stops_it() {
         (replayed() >= 3).then_some(())
     })
     .await;
-    let status = replays.get("all").await.unwrap().status.unwrap();
-    assert_eq!(status.phase, Some(ReplayPhase::Running), "{status:?}");
+    // The operator reads the dispatcher's progress every 2 s: the status follows the
+    // deliveries, it does not lead them, so it is polled rather than read once.
+    let status = eventually(
+        "the replay Running with its range matched",
+        WAIT,
+        || async {
+            let status = replays.get("all").await.ok()?.status?;
+            (status.phase == Some(ReplayPhase::Running) && status.matched.is_some())
+                .then_some(status)
+        },
+    )
+    .await;
     assert_eq!(status.matched, Some(40), "{status:?}");
+    assert!(
+        replayed() < 40,
+        "the replay still running when deleted: {}",
+        replayed()
+    );
     replays
         .delete("all", &DeleteParams::default())
         .await

@@ -8,8 +8,6 @@
 //! resource that does not validate or does not decode is held with its last good
 //! configuration.
 
-use std::time::Duration;
-
 use herald_core::dataplane::{EndpointConfig, EndpointKey, shard_for};
 use herald_core::names::{self, condition};
 use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint, WebhookEndpointStatus};
@@ -22,12 +20,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::build::{self, Publication};
+use super::cached::{self, Recorded};
 use super::validate::{self, Invalid, Lookup};
 use super::{Context, Error, Guarded};
 use crate::nats;
-
-/// Re-check valid endpoints this often: DNS answers change.
-const RESYNC: Duration = Duration::from_secs(300);
 
 /// What validation needs from outside the object.
 struct Observed {
@@ -57,20 +53,18 @@ async fn dereference(obj: &WebhookEndpoint, ns: &str, ctx: &Context) -> Result<O
     };
     // From the shared watch's store, not a GET: a reconcile costs the API server nothing
     // but its status write. Until the store's first list is in, an absent secret would be
-    // a false "not found".
-    ctx.secrets
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::StoreGone)?;
+    // a false "not found" (not kube's `wait_until_ready`: see `crate::listed`).
+    ctx.secrets.ready().await.map_err(|_| Error::StoreGone)?;
     let name = &obj.spec.secret_ref.name;
     // One that does not decode counts as one without a usable key.
-    let secret = ctx
-        .secrets
-        .get(&ObjectRef::new(name).within(ns))
-        .map(|guard| match &guard.0 {
-            Ok(secret) => secret.clone(),
-            Err(_) => undecodable_secret(name),
-        });
+    let secret =
+        ctx.secrets
+            .store
+            .get(&ObjectRef::new(name).within(ns))
+            .map(|guard| match &guard.0 {
+                Ok(secret) => secret.clone(),
+                Err(_) => undecodable_secret(name),
+            });
     let current = read_config(ctx, &EndpointKey::new(ns, &obj.name_any())).await?;
     Ok(Observed {
         url,
@@ -150,7 +144,12 @@ async fn publish(
     Ok(())
 }
 
-pub(super) async fn apply(obj: &WebhookEndpoint, ctx: &Context) -> Result<Action, Error> {
+/// Reconciles `obj` ([`super::Cached::endpoint`]) whose stored status is `recorded`.
+pub(super) async fn apply(
+    obj: &WebhookEndpoint,
+    recorded: &Recorded,
+    ctx: &Context,
+) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let name = obj.name_any();
     let key = EndpointKey::new(&ns, &name);
@@ -160,7 +159,7 @@ pub(super) async fn apply(obj: &WebhookEndpoint, ctx: &Context) -> Result<Action
     publish(ctx, &key, current, &decision.publication).await?;
 
     let old = obj.status.clone().unwrap_or_default();
-    if obj.status.is_none() || build::owned(&old) != decision.status {
+    if !recorded.present || recorded.controller != cached::fingerprint(&decision.status) {
         ctx.plumbing
             .apply_status(&ns, &name, names::FIELD_MANAGER, &decision.status)
             .await?;
@@ -170,7 +169,8 @@ pub(super) async fn apply(obj: &WebhookEndpoint, ctx: &Context) -> Result<Action
         Err(Invalid {
             retry: Some(retry), ..
         }) => Action::requeue(retry),
-        _ => Action::requeue(RESYNC),
+        // The periodic re-check is `super::resync`'s, not a requeue per endpoint.
+        _ => Action::await_change(),
     })
 }
 

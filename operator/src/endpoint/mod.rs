@@ -19,10 +19,12 @@
 
 mod apply;
 pub mod build;
+pub mod cached;
 pub mod observed;
+pub mod relevance;
+pub mod resync;
 pub mod validate;
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use futures::channel::mpsc::UnboundedReceiver;
@@ -34,7 +36,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event as Finalizer, finalizer};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
 use crate::health;
 use crate::metrics::EndpointStates;
@@ -43,8 +45,11 @@ use crate::reconcile::{self, Categorized, Plumbing};
 
 pub const KIND: &str = "WebhookEndpoint";
 
-/// A `WebhookEndpoint` as watched: decoded, or the reason it could not be.
-pub type Guarded = reconcile::Guarded<WebhookEndpoint>;
+pub use cached::Cached;
+
+/// A `WebhookEndpoint` as watched and kept ([`Cached`]): decoded, or the reason it could
+/// not be.
+pub type Guarded = reconcile::Guarded<Cached>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -56,6 +61,8 @@ pub enum Error {
     NoNamespace,
     #[error("the SigningSecret store stopped")]
     StoreGone,
+    #[error("decoding the cached spec: {0}")]
+    Cache(#[source] serde_json::Error),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
 }
@@ -66,14 +73,14 @@ impl Categorized for Error {
             Error::Kube(_) => "kube",
             Error::Nats(_) => "nats",
             Error::NoNamespace => "invalid",
-            Error::StoreGone => "store",
+            Error::StoreGone | Error::Cache(_) => "store",
             Error::Finalizer(e) => reconcile::finalizer_category(e),
         }
     }
 }
 
 pub struct Context {
-    pub plumbing: Plumbing<WebhookEndpoint>,
+    pub plumbing: Plumbing<Cached>,
     pub config_kv: async_nats::jetstream::kv::Store,
     pub policy: AddressPolicy,
     pub egress: Arc<herald_core::egress::Egress>,
@@ -83,29 +90,30 @@ pub struct Context {
     pub states: Arc<EndpointStates>,
     /// The `SigningSecret`s of the scope (the shared watch of `crate::controllers`):
     /// reconciles read the endpoint's secret here, not with a GET each.
-    pub secrets: reflector::Store<reconcile::Guarded<SigningSecret>>,
+    pub secrets: crate::listed::Listed<reconcile::Guarded<SigningSecret>>,
 }
 
 /// The controller's entry point.
 pub async fn reconcile(guard: Arc<Guarded>, ctx: Arc<Context>) -> Result<Action, Error> {
     let work = async {
         match &guard.0 {
-            Ok(obj) => reconcile_decoded(Arc::new(obj.clone()), &ctx).await,
+            Ok(cached) => reconcile_decoded(cached, &ctx).await,
             Err(invalid) => apply::undecodable(&guard, invalid, &ctx).await,
         }
     };
     ctx.plumbing.instrument(&guard, work).await
 }
 
-async fn reconcile_decoded(obj: Arc<WebhookEndpoint>, ctx: &Context) -> Result<Action, Error> {
-    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+async fn reconcile_decoded(cached: &Cached, ctx: &Context) -> Result<Action, Error> {
+    let ns = cached.namespace().ok_or(Error::NoNamespace)?;
+    let obj = Arc::new(cached.endpoint().map_err(Error::Cache)?);
     finalizer(
-        &ctx.plumbing.api(&ns),
+        &Api::<WebhookEndpoint>::namespaced(ctx.plumbing.client.clone(), &ns),
         names::ENDPOINT_FINALIZER,
         obj,
         |event| async {
             match event {
-                Finalizer::Apply(obj) => apply::apply(&obj, ctx).await,
+                Finalizer::Apply(obj) => apply::apply(&obj, &cached.status, ctx).await,
                 Finalizer::Cleanup(obj) => apply::cleanup(&obj, ctx).await,
             }
         },
@@ -116,24 +124,6 @@ async fn reconcile_decoded(obj: Arc<WebhookEndpoint>, ctx: &Context) -> Result<A
 
 pub fn error_policy(obj: Arc<Guarded>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.plumbing.error_policy(&obj, error)
-}
-
-/// What makes an endpoint worth reconciling: its spec, the enable annotation, its
-/// finalizers and deletion. Status changes — our own writes — are not.
-fn relevant(obj: &Guarded) -> Option<u64> {
-    let mut hasher = DefaultHasher::new();
-    obj.meta().generation.hash(&mut hasher);
-    obj.annotations()
-        .get(names::ENABLE_ANNOTATION)
-        .hash(&mut hasher);
-    obj.finalizers().hash(&mut hasher);
-    obj.meta()
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| t.0.as_nanosecond())
-        .hash(&mut hasher);
-    obj.meta().uid.hash(&mut hasher);
-    Some(hasher.finish())
 }
 
 /// The endpoints using SigningSecret `secret`, from the controller's store.
@@ -149,7 +139,7 @@ fn using(
             guard
                 .0
                 .as_ref()
-                .is_ok_and(|ep| ep.namespace() == ns && ep.spec.secret_ref.name == name)
+                .is_ok_and(|ep| ep.namespace() == ns && ep.uses_secret(&name))
         })
         .map(|guard| ObjectRef::from_obj(&*guard))
         .collect()
@@ -177,15 +167,16 @@ pub async fn run(
         watcher::Config::default(),
     )
     .backoff(reconcile::watch_backoff())
-    .modify(reconcile::slim)
-    .reflect_shared(store_writer)
-    .applied_objects()
-    .predicate_filter(relevant, Default::default());
+    .modify(cached::slim)
+    .reflect_shared(store_writer);
+    let endpoints = relevance::changed(endpoints);
     let store = reader.clone();
     let endpoint_controller = Controller::for_stream(endpoints, reader.clone())
         .with_config(reconcile::controller_config())
         // A SigningSecret that appears or changes re-validates the endpoints using it.
         .watches_shared_stream(signing_secrets, move |secret| using(&store, &secret))
+        // DNS answers change: every endpoint is re-checked once per `resync::PERIOD`.
+        .reconcile_on(resync::triggers(reader.clone()))
         .trigger_backoff(reconcile::watch_backoff())
         .graceful_shutdown_on(stop.clone())
         .run(reconcile, error_policy, ctx)

@@ -61,8 +61,10 @@ pub fn material(old: Option<&EndpointHealth>, new: Option<&EndpointHealth>) -> b
 pub struct Coalescer {
     pacing: Pacing,
     last: HashMap<EndpointKey, Instant>,
-    /// The newest value and how long after the last publication it may go out.
-    pending: HashMap<EndpointKey, (Option<EndpointHealth>, Duration)>,
+    /// The newest value and how long after the last publication it may go out (boxed:
+    /// at steady traffic nearly every endpoint has one, and the table's slots are
+    /// allocated for all of them).
+    pending: HashMap<EndpointKey, (Option<Box<EndpointHealth>>, Duration)>,
 }
 
 impl Coalescer {
@@ -96,7 +98,7 @@ impl Coalescer {
             self.last.insert(key.clone(), now);
             Some((key, health))
         } else {
-            self.pending.insert(key, (health, gap));
+            self.pending.insert(key, (health.map(Box::new), gap));
             None
         }
     }
@@ -124,7 +126,7 @@ impl Coalescer {
             .filter_map(|k| {
                 let (health, _) = self.pending.remove(&k)?;
                 self.last.insert(k.clone(), now);
-                Some((k, health))
+                Some((k, health.map(|h| *h)))
             })
             .collect()
     }

@@ -24,7 +24,7 @@ use kube::{Resource, ResourceExt};
 
 use super::Published;
 use crate::conditions;
-use crate::endpoint::{Guarded, observed};
+use crate::endpoint::{Cached, Guarded, cached, observed};
 use crate::metrics::{self, EndpointStates};
 use crate::reconcile::{Categorized, HEALTH_FIELD_MANAGER, Plumbing};
 
@@ -35,19 +35,22 @@ pub const KIND: &str = "EndpointHealth";
 pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    #[error("decoding the cached spec: {0}")]
+    Cache(#[source] serde_json::Error),
 }
 
 impl Categorized for Error {
     fn category(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
+            Error::Cache(_) => "store",
         }
     }
 }
 
 /// What the writer needs, before the endpoint store exists.
 pub struct Parts {
-    pub plumbing: Plumbing<WebhookEndpoint>,
+    pub plumbing: Plumbing<Cached>,
     pub health: Arc<Published>,
     pub states: Arc<EndpointStates>,
 }
@@ -69,7 +72,7 @@ impl Parts {
 }
 
 pub struct Context {
-    plumbing: Plumbing<WebhookEndpoint>,
+    plumbing: Plumbing<Cached>,
     health: Arc<Published>,
     states: Arc<EndpointStates>,
     /// The endpoint controller's store, to check an endpoint still exists before it is
@@ -87,15 +90,16 @@ pub fn error_policy(obj: Arc<Guarded>, error: &Error, ctx: Arc<Context>) -> Acti
 
 async fn write(guard: &Guarded, ctx: &Context) -> Result<Action, Error> {
     // An object that does not decode is reported by the endpoint controller.
-    let Ok(obj) = &guard.0 else {
+    let Ok(cached) = &guard.0 else {
         return Ok(Action::await_change());
     };
-    let ns = obj.namespace().unwrap_or_default();
-    let key = EndpointKey::new(&ns, &obj.name_any());
-    if obj.meta().deletion_timestamp.is_some() {
+    let ns = cached.namespace().unwrap_or_default();
+    let key = EndpointKey::new(&ns, &cached.name_any());
+    if cached.meta().deletion_timestamp.is_some() {
         ctx.states.remove(&key);
         return Ok(Action::await_change());
     }
+    let obj = &cached.endpoint().map_err(Error::Cache)?;
     ctx.health.synced().await;
     let health = ctx
         .health
@@ -103,7 +107,7 @@ async fn write(guard: &Guarded, ctx: &Context) -> Result<Action, Error> {
         .filter(|h| Some(&h.uid) == obj.metadata.uid.as_ref());
     let old = obj.status.clone().unwrap_or_default();
     let new = observed::status(obj, health.as_ref(), &Time(Timestamp::now()));
-    if observed::owned(&old) != new {
+    if cached.status.health != cached::fingerprint(&new) {
         ctx.plumbing
             .apply_status(&ns, &obj.name_any(), HEALTH_FIELD_MANAGER, &new)
             .await?;

@@ -6,7 +6,9 @@
 //! Contract: a lane never forgets a sequence it has seen and not finished — the
 //! low-water mark (lowest sequence not done) is what the shard purges below, so a
 //! sequence that is neither buffered, in flight nor remembered as unbuffered backlog
-//! would be deleted undelivered.
+//! would be deleted undelivered. A lane knows the bytes it buffers
+//! ([`LaneQueue::bytes`]: bodies plus [`ITEM_BYTES`] each), so the shard can bound what
+//! all its lanes hold ([`LaneQueue::shed`] gives back the newest items to JetStream).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -53,6 +55,8 @@ impl Item {
 #[derive(Debug, Default)]
 pub struct LaneQueue {
     buf: VecDeque<Item>,
+    /// What `buf` holds, as [`weight`]s.
+    bytes: usize,
     /// First sequence not buffered (the rest of the backlog waits in JetStream).
     overflow_from: Option<u64>,
     unbuffered: u64,
@@ -73,6 +77,15 @@ pub struct LaneQueue {
 pub const EARLY_PURGE_ITEMS: u32 = 256;
 /// The shortest time between two purges of one lane.
 pub const EARLY_PURGE_GAP: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What an item costs in memory besides its body: the `Item` itself, its event id and
+/// the buffer's slot (a round figure; the shard's budget is in these units).
+pub const ITEM_BYTES: usize = 192;
+
+/// The memory an item holds while buffered.
+fn weight(item: &Item) -> usize {
+    item.body.len() + ITEM_BYTES
+}
 
 /// A refill to run: read the lane's subject from `from` up to `until`, at most `room`
 /// items.
@@ -96,8 +109,50 @@ impl LaneQueue {
             self.unbuffered += 1;
             return false;
         }
+        self.bytes += weight(&item);
         self.buf.push_back(item);
         true
+    }
+
+    /// Bytes of the buffered items (see [`ITEM_BYTES`]).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Items buffered.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Keeps at most `cap` items in memory: the newest of the others go back to
+    /// JetStream (read again by a refill when there is room). Only when the buffer is in
+    /// sequence order, so that everything from the first item given back on is
+    /// unbuffered, as a refill expects; an in-place retry at the head can break that
+    /// order, and the lane then keeps its items until it is in order again.
+    pub fn shed(&mut self, cap: usize) {
+        if self.buf.len() <= cap || self.fetching {
+            return;
+        }
+        let in_order = self
+            .buf
+            .iter()
+            .zip(self.buf.iter().skip(1))
+            .all(|(a, b)| a.seq < b.seq);
+        if !in_order {
+            return;
+        }
+        let mut first_shed = None;
+        while self.buf.len() > cap {
+            let Some(item) = self.buf.pop_back() else {
+                break;
+            };
+            self.bytes = self.bytes.saturating_sub(weight(&item));
+            self.unbuffered += 1;
+            first_shed = Some(item.seq);
+        }
+        if let Some(seq) = first_shed {
+            self.overflow_from = Some(self.overflow_from.map_or(seq, |from| from.min(seq)));
+        }
     }
 
     /// What to read back from JetStream, if it is time to (the buffer is at most half
@@ -127,6 +182,7 @@ impl LaneQueue {
         };
         for item in items.into_iter().filter(|i| i.seq >= from) {
             self.unbuffered = self.unbuffered.saturating_sub(1);
+            self.bytes += weight(&item);
             self.buf.push_back(item);
         }
         let resume = next.unwrap_or(range.until + 1);
@@ -189,8 +245,11 @@ impl LaneQueue {
     }
 
     fn release_idle_memory(&mut self) {
-        if self.buf.is_empty() && self.buf.capacity() > 0 {
-            self.buf = VecDeque::new();
+        if self.buf.is_empty() {
+            self.bytes = 0;
+            if self.buf.capacity() > 0 {
+                self.buf = VecDeque::new();
+            }
         }
     }
 }
@@ -276,7 +335,9 @@ impl Lanes {
         } else {
             self.queues[at].buf.pop_front()?
         };
-        self.queues[at].in_flight.insert(item.seq);
+        let queue = &mut self.queues[at];
+        queue.bytes = queue.bytes.saturating_sub(weight(&item));
+        queue.in_flight.insert(item.seq);
         self.next = ((at + 1) % 2) as u8;
         Some(item)
     }
@@ -294,7 +355,21 @@ impl Lanes {
 
     /// Puts an item back at the head of its lane (an in-place retry).
     pub fn requeue(&mut self, item: Item) {
-        self.queues[index(item.lane)].buf.push_front(item);
+        let queue = &mut self.queues[index(item.lane)];
+        queue.bytes += weight(&item);
+        queue.buf.push_front(item);
+    }
+
+    /// Bytes buffered on both lanes.
+    pub fn bytes(&self) -> usize {
+        self.queues.iter().map(LaneQueue::bytes).sum()
+    }
+
+    /// Keeps at most `cap` items buffered per lane ([`LaneQueue::shed`]).
+    pub fn shed(&mut self, cap: usize) {
+        for queue in &mut self.queues {
+            queue.shed(cap);
+        }
     }
 
     /// Deliveries waiting or in flight on both lanes.

@@ -141,3 +141,80 @@ fn lanes_alternate_and_ordered_keys_wait_for_their_head() {
     );
     assert_eq!(lanes.in_flight(), 2);
 }
+
+/// What a lane buffers is counted in bytes as items come and go, and a lane that sheds
+/// gives its newest items back to JetStream: nothing is forgotten, and a refill reads
+/// them back in order.
+#[test]
+fn shedding_gives_the_newest_items_back_and_forgets_nothing() {
+    let now = Instant::now();
+    let mut lanes = Lanes::default();
+    let w = 2 + ITEM_BYTES;
+    for seq in 1..=10 {
+        lanes.queue(Lane::New).offer(item(seq), 100);
+    }
+    assert_eq!(lanes.bytes(), 10 * w);
+    let first = lanes.take(Lane::New, false, now).unwrap();
+    assert_eq!(lanes.bytes(), 9 * w, "in flight is not buffered");
+    lanes.shed(4);
+    let q = lanes.queue(Lane::New);
+    let seqs: Vec<u64> = q.buf.iter().map(|i| i.seq).collect();
+    assert_eq!(seqs, [2, 3, 4, 5]);
+    assert_eq!(q.bytes(), 4 * w);
+    assert_eq!(q.pending(), 10, "1 in flight, 4 buffered, 5 in JetStream");
+    assert_eq!(q.low_water(), 1);
+    // Later messages are not buffered ahead of the ones given back.
+    assert!(!q.offer(item(11), 100));
+    q.buf.clear();
+    q.bytes = 0;
+    let range = q.refill(100).expect("the given-back items are read again");
+    assert_eq!((range.from, range.until), (6, 11));
+    q.refilled(range, (6..=11).map(item).collect(), None);
+    let seqs: Vec<u64> = q.buf.iter().map(|i| i.seq).collect();
+    assert_eq!(seqs, [6, 7, 8, 9, 10, 11]);
+    assert_eq!(q.bytes(), 6 * w);
+    // The in-place retry of the first item goes back to the head.
+    lanes.finished(&first);
+    lanes.requeue(first);
+    assert_eq!(lanes.bytes(), 7 * w);
+    assert_eq!(lanes.queue(Lane::New).low_water(), 1);
+}
+
+/// A lane out of sequence order (in-place retries at its head) keeps its items: giving
+/// back the newest would leave older ones behind the point a refill reads from.
+#[test]
+fn a_lane_out_of_order_does_not_shed() {
+    let now = Instant::now();
+    let mut lanes = Lanes::default();
+    for seq in 1..=6 {
+        lanes.queue(Lane::New).offer(item(seq), 100);
+    }
+    let a = lanes.take(Lane::New, false, now).unwrap();
+    let b = lanes.take(Lane::New, false, now).unwrap();
+    for retried in [a, b] {
+        lanes.finished(&retried);
+        lanes.requeue(retried);
+    }
+    lanes.shed(2);
+    assert_eq!(lanes.queue(Lane::New).buffered(), 6);
+    assert_eq!(lanes.queue(Lane::New).low_water(), 1);
+}
+
+/// While a refill runs, a lane does not shed: the refill's range would end the overflow
+/// past the items given back.
+#[test]
+fn a_lane_does_not_shed_while_a_refill_runs() {
+    let mut q = LaneQueue::default();
+    for seq in 1..=8 {
+        q.offer(item(seq), 4);
+    }
+    for _ in 0..3 {
+        q.buf.pop_front();
+    }
+    let range = q.refill(4).expect("due");
+    q.shed(0);
+    assert_eq!(q.buffered(), 1);
+    q.refilled(range, (5..=8).map(item).collect(), None);
+    assert_eq!(q.pending(), 5);
+    assert_eq!(q.low_water(), 4);
+}

@@ -24,7 +24,16 @@ fn client(policy: Arc<AddressPolicy>) -> Client {
 
 /// A client with no proxies and a given resolver.
 fn client_with_lookup(policy: Arc<AddressPolicy>, lookup: Lookup) -> Client {
-    Client::build(policy, Egress::default(), lookup, None, Default::default()).expect("a client")
+    let errors = Default::default();
+    Client::build(
+        policy,
+        Egress::default(),
+        lookup,
+        None,
+        errors,
+        DEFAULT_IDLE_PER_HOST,
+    )
+    .expect("a client")
 }
 
 /// A receiver on `ip:port` that answers `200` and closes each connection (so every

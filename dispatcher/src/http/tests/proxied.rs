@@ -33,7 +33,8 @@ fn counting_client(
     )
     .expect("flags");
     let egress = flags.egress.egress().expect("egress");
-    Client::build(policy, egress, lookup, Some(test_tls()), errors).expect("a client")
+    let tls = Some(test_tls());
+    Client::build(policy, egress, lookup, tls, errors, DEFAULT_IDLE_PER_HOST).expect("a client")
 }
 
 fn test_tls() -> rustls::ClientConfig {
