@@ -146,16 +146,16 @@ impl Term {
         stop: &Stop,
         tasks: &mut JoinSet<()>,
     ) {
-        let published = Arc::new(health::Published::default());
+        let pacing = Pacing {
+            interval: setup.status_interval,
+            refresh: setup.status_refresh,
+        };
+        let board = Arc::new(health::Board::new(setup.buckets.health.clone(), pacing));
         let (health_tx, health_rx) = futures::channel::mpsc::unbounded();
         tasks.spawn(health::run(
-            setup.buckets.health.clone(),
-            published.clone(),
+            board.clone(),
             health_tx,
-            Pacing {
-                interval: setup.status_interval,
-                refresh: setup.status_refresh,
-            },
+            pacing.interval,
             namespace.clone(),
             stop.clone(),
         ));
@@ -184,7 +184,7 @@ impl Term {
         };
         let writer = health::writer::Parts {
             plumbing: setup.plumbing(health::writer::KIND),
-            health: published,
+            health: board,
             states: states.clone(),
         };
         tasks.spawn(endpoint::run(

@@ -325,6 +325,109 @@ async fn health_reaches_status_at_most_once_per_interval() {
     finish(ctx, vec![op]).await;
 }
 
+/// The health writer keeps no record in memory and reads the newest from the bucket when
+/// it renders; a gauge-only change still waits for `--status-refresh`, also when the
+/// writer runs for another reason that changes nothing it renders from (here a label
+/// edit), and goes out with the next material change.
+#[tokio::test]
+async fn gauges_wait_for_the_refresh_whatever_else_wakes_the_writer() {
+    let ctx = TestContext::new("op-gauges").await;
+    let op = Operator::start(
+        &ctx,
+        "a",
+        &[
+            "--allow-network",
+            "127.0.0.0/8",
+            "--status-interval",
+            "2s",
+            "--status-refresh",
+            "10m",
+        ],
+    );
+    let (_, health_kv) = buckets(&ctx).await;
+    create_secret(&ctx, "keys", json!({})).await;
+    create_endpoint(&ctx, "orders", "https://127.0.0.1:8443/hook", "keys").await;
+    let obj = endpoint_ready(&ctx, "orders", "True").await;
+    let api = ctx.api::<WebhookEndpoint>();
+    let mut health = EndpointHealth {
+        uid: obj.uid().unwrap(),
+        state: Some(herald_core::v1alpha1::EndpointState::Active),
+        success_permille: Some(1000),
+        p95_latency_ms: Some(120),
+        ..Default::default()
+    };
+    put_health(&health_kv, &ctx.namespace, "orders", &health).await;
+    let p95 = async || {
+        let obj = api.get("orders").await.ok()?;
+        obj.status?.p95_latency
+    };
+    eventually("health in status", WAIT, || async {
+        (p95().await.as_deref() == Some("120ms")).then_some(())
+    })
+    .await;
+
+    // A gauge alone, then an edit that wakes the writer but changes nothing it renders.
+    health.p95_latency_ms = Some(300);
+    put_health(&health_kv, &ctx.namespace, "orders", &health).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let label = json!({"metadata": {"labels": {"team": "payments"}}});
+    api.patch("orders", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("labelling the endpoint");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        p95().await.as_deref(),
+        Some("120ms"),
+        "a gauge-only change went out before the refresh"
+    );
+
+    // A material change goes out within the interval, with the newest gauges.
+    health.success_permille = Some(900);
+    put_health(&health_kv, &ctx.namespace, "orders", &health).await;
+    let obj = eventually("the material change in status", WAIT, || async {
+        let obj = api.get("orders").await.ok()?;
+        (success_rate(&obj).as_deref() == Some("90.0%")).then_some(obj)
+    })
+    .await;
+    assert_eq!(
+        obj.status.unwrap().p95_latency.as_deref(),
+        Some("300ms"),
+        "the write took the newest record"
+    );
+
+    // A new leader renders every endpoint from what the bucket holds: an unchanged
+    // status is not written again, a new record is.
+    let written = api.get("orders").await.unwrap().resource_version();
+    op.stop().await.expect("the first operator stops");
+    let op = Operator::start(
+        &ctx,
+        "b",
+        &["--allow-network", "127.0.0.0/8", "--status-interval", "2s"],
+    );
+    let leases = ctx.api::<k8s_openapi::api::coordination::v1::Lease>();
+    eventually("the second operator leading", WAIT, || async {
+        let lease = leases.get_opt("herald-operator").await.ok()??;
+        (lease.spec?.holder_identity.as_deref() == Some("b")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let obj = api.get("orders").await.unwrap();
+    assert_eq!(success_rate(&obj).as_deref(), Some("90.0%"));
+    assert_eq!(
+        obj.resource_version(),
+        written,
+        "the new leader rewrote an unchanged status"
+    );
+    health.success_permille = Some(800);
+    put_health(&health_kv, &ctx.namespace, "orders", &health).await;
+    eventually("the new leader writing a new record", WAIT, || async {
+        let obj = api.get("orders").await.ok()?;
+        (success_rate(&obj).as_deref() == Some("80.0%")).then_some(())
+    })
+    .await;
+    finish(ctx, vec![op]).await;
+}
+
 #[tokio::test]
 async fn deleting_an_endpoint_withdraws_its_config_then_the_finalizer() {
     let ctx = TestContext::new("op-delete").await;

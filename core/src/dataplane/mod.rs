@@ -120,6 +120,11 @@ impl EndpointKey {
         &self.0
     }
 
+    /// Whether `self` and `other` are clones of one key (share one allocation).
+    pub fn shares(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// `ep.<key>` in [`CONFIG_BUCKET`] and [`HEALTH_BUCKET`].
     pub fn config_key(&self) -> String {
         BucketKey::Endpoint(self.clone()).to_string()

@@ -417,7 +417,7 @@ pub struct WebhookEndpointStatus {
 }
 
 /// Summary state of an endpoint.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum EndpointState {
     /// Accepted, waiting for the data plane to pick it up.
     Pending,
@@ -432,7 +432,7 @@ pub enum EndpointState {
 }
 
 /// Circuit breaker state.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum CircuitState {
     Closed,
     Open,

@@ -22,12 +22,15 @@
 
 use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::LazyLock;
 
 use herald_core::v1alpha1::{WebhookEndpoint, WebhookEndpointSpec, WebhookEndpointStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{build, observed};
 
@@ -35,7 +38,11 @@ use super::{build, observed};
 #[derive(Clone, Debug, Deserialize)]
 #[serde(try_from = "Whole")]
 pub struct Cached {
+    /// Without `uid` when it is a UUID (as the API server makes them): that is kept in
+    /// [`Self::uid`], so neither this nor the store's key holds it as text.
     pub metadata: ObjectMeta,
+    /// The uid as a number (0: in `metadata`, or none).
+    uid: u128,
     /// The spec as JSON.
     spec: Box<str>,
     /// What is kept of the status.
@@ -54,13 +61,58 @@ pub struct Recorded {
     pub health: u64,
 }
 
-/// Of one condition, what merging and announcing read.
+/// Of one condition, what merging and announcing read: type, status and reason, and
+/// `lastTransitionTime`. Herald's own words (nearly every condition) are kept as indexes
+/// into [`KNOWN`] and the time as whole seconds (16 bytes in all); anything else as
+/// written.
 #[derive(Clone, Debug, PartialEq)]
-struct Brief {
-    type_: Cow<'static, str>,
-    status: Cow<'static, str>,
-    reason: Cow<'static, str>,
-    since: Time,
+enum Brief {
+    Known { words: [u8; 3], since: i64 },
+    Other(Box<(String, String, String, Time)>),
+}
+
+impl Brief {
+    fn of(c: &Condition) -> Self {
+        let index = |value: &str| {
+            KNOWN
+                .iter()
+                .position(|known| *known == value)
+                .and_then(|i| u8::try_from(i).ok())
+        };
+        let since = c.last_transition_time.0;
+        match (index(&c.type_), index(&c.status), index(&c.reason)) {
+            (Some(t), Some(s), Some(r)) if since.subsec_nanosecond() == 0 => Self::Known {
+                words: [t, s, r],
+                since: since.as_second(),
+            },
+            _ => Self::Other(Box::new((
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone(),
+                c.last_transition_time.clone(),
+            ))),
+        }
+    }
+
+    /// The condition as kept: no message, no `observedGeneration`.
+    fn condition(&self) -> Condition {
+        let (type_, status, reason, since) = match self {
+            Self::Known { words, since } => {
+                let word = |i: u8| KNOWN[usize::from(i)].to_owned();
+                let since = Timestamp::from_second(*since).unwrap_or_default();
+                (word(words[0]), word(words[1]), word(words[2]), Time(since))
+            }
+            Self::Other(other) => other.as_ref().clone(),
+        };
+        Condition {
+            type_,
+            status,
+            reason,
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: since,
+        }
+    }
 }
 
 /// The condition types, statuses and reasons Herald writes, kept as these constants
@@ -94,13 +146,6 @@ const KNOWN: &[&str] = {
     ]
 };
 
-fn compact(value: &str) -> Cow<'static, str> {
-    KNOWN.iter().find(|known| **known == value).map_or_else(
-        || Cow::Owned(value.to_owned()),
-        |known| Cow::Borrowed(*known),
-    )
-}
-
 /// The whole object as the API server sends it.
 #[derive(Deserialize)]
 struct Whole {
@@ -121,10 +166,44 @@ impl TryFrom<Whole> for Cached {
         } = whole;
         Ok(Self {
             metadata,
-            spec: serde_json::to_string(&spec)?.into(),
+            uid: 0,
+            spec: minimal(&spec)?.into(),
             status: status.as_ref().map_or_else(Recorded::absent, Recorded::of),
         })
     }
+}
+
+/// The spec as JSON without the fields that hold their default, which decoding gives
+/// back: an endpoint that sets only its URL, types and secret is kept in about 120 bytes
+/// instead of 300 (the delivery policy's defaults written out). Whole when leaving a
+/// field out would not decode to the same spec.
+fn minimal(spec: &WebhookEndpointSpec) -> Result<String, serde_json::Error> {
+    static DEFAULTS: LazyLock<Value> = LazyLock::new(|| {
+        let bare = serde_json::json!({"url": "", "eventTypes": [], "secretRef": {"name": ""}});
+        serde_json::from_value::<WebhookEndpointSpec>(bare)
+            .and_then(serde_json::to_value)
+            .unwrap_or(Value::Null)
+    });
+    let whole = serde_json::to_value(spec)?;
+    let mut pruned = whole.clone();
+    prune(&mut pruned, &DEFAULTS);
+    let same = serde_json::from_value::<WebhookEndpointSpec>(pruned.clone())
+        .is_ok_and(|back| back == *spec);
+    serde_json::to_string(if same { &pruned } else { &whole })
+}
+
+/// Removes from `value` the fields equal to those of `defaults`, and objects left empty.
+fn prune(value: &mut Value, defaults: &Value) {
+    let (Value::Object(fields), Value::Object(defaults)) = (value, defaults) else {
+        return;
+    };
+    fields.retain(|name, field| {
+        let Some(default) = defaults.get(name) else {
+            return true;
+        };
+        prune(field, default);
+        !(field == default || field.as_object().is_some_and(|o| o.is_empty()))
+    });
 }
 
 /// What the endpoint controllers' watch does to each object before it is stored:
@@ -136,7 +215,41 @@ pub fn slim(guard: &mut super::Guarded) {
     crate::reconcile::slim(guard);
     if let Ok(cached) = &mut guard.0 {
         cached.metadata.resource_version = None;
+        if let Some(uid) = cached.metadata.uid.as_deref().and_then(uuid) {
+            cached.uid = uid;
+            cached.metadata.uid = None;
+        }
     }
+}
+
+/// `uid` as a number, when it is a UUID in the API server's form that [`uuid_text`]
+/// gives back exactly.
+fn uuid(uid: &str) -> Option<u128> {
+    let bytes = uid.as_bytes();
+    let dashes = [8, 13, 18, 23];
+    let form = bytes.len() == 36
+        && bytes.iter().enumerate().all(|(i, b)| {
+            if dashes.contains(&i) {
+                *b == b'-'
+            } else {
+                b.is_ascii_digit() || (b'a'..=b'f').contains(b)
+            }
+        });
+    let value = u128::from_str_radix(&uid.replace('-', ""), 16).ok()?;
+    (form && value != 0).then_some(value)
+}
+
+/// The API server's form of a UUID.
+fn uuid_text(value: u128) -> String {
+    let hex = format!("{value:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
 /// A hash of what `part` serializes to: equal parts have equal fingerprints.
@@ -162,16 +275,7 @@ impl Recorded {
     pub fn of(status: &WebhookEndpointStatus) -> Self {
         Self {
             present: true,
-            conditions: status
-                .conditions
-                .iter()
-                .map(|c| Brief {
-                    type_: compact(&c.type_),
-                    status: compact(&c.status),
-                    reason: compact(&c.reason),
-                    since: c.last_transition_time.clone(),
-                })
-                .collect(),
+            conditions: status.conditions.iter().map(Brief::of).collect(),
             controller: fingerprint(&build::owned(status)),
             health: fingerprint(&observed::owned(status)),
         }
@@ -181,18 +285,7 @@ impl Recorded {
     /// `observedGeneration`; `None` when the object has none.
     pub fn status(&self) -> Option<WebhookEndpointStatus> {
         self.present.then(|| WebhookEndpointStatus {
-            conditions: self
-                .conditions
-                .iter()
-                .map(|b| Condition {
-                    type_: b.type_.to_string(),
-                    status: b.status.to_string(),
-                    reason: b.reason.to_string(),
-                    message: String::new(),
-                    observed_generation: None,
-                    last_transition_time: b.since.clone(),
-                })
-                .collect(),
+            conditions: self.conditions.iter().map(Brief::condition).collect(),
             ..Default::default()
         })
     }
@@ -211,15 +304,42 @@ impl Cached {
         serde_json::from_str::<SecretOnly>(&self.spec).is_ok_and(|s| s.secret_ref.name == name)
     }
 
+    /// The object's uid.
+    pub fn uid(&self) -> Option<String> {
+        match self.uid {
+            0 => self.metadata.uid.clone(),
+            uid => Some(uuid_text(uid)),
+        }
+    }
+
     /// The spec.
     pub fn spec(&self) -> Result<WebhookEndpointSpec, serde_json::Error> {
         serde_json::from_str(&self.spec)
     }
 
+    /// A fingerprint of what the health writer renders from besides the health record —
+    /// the metadata, the spec and the endpoint controller's part of the status — and of
+    /// `health`, the fingerprint of the writer's own part (as stored, or as a write is
+    /// about to store it): equal inputs render the same part from the same record.
+    pub fn inputs(&self, health: u64) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        serde_json::to_vec(&self.metadata)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+        self.uid.hash(&mut hasher);
+        self.spec.hash(&mut hasher);
+        self.status.controller.hash(&mut hasher);
+        health.hash(&mut hasher);
+        hasher.finish()
+    }
+
     /// The object the pure steps work on (see the module's contract).
     pub fn endpoint(&self) -> Result<WebhookEndpoint, serde_json::Error> {
         Ok(WebhookEndpoint {
-            metadata: self.metadata.clone(),
+            metadata: ObjectMeta {
+                uid: self.uid(),
+                ..self.metadata.clone()
+            },
             spec: self.spec()?,
             status: self.status.status(),
         })
@@ -297,9 +417,13 @@ mod tests {
         assert_eq!(back.metadata, whole.metadata);
         let mut guard = kube::core::DeserializeGuard(Ok(cached.clone()));
         slim(&mut guard);
-        let slimmed = guard.0.unwrap().metadata;
-        assert_eq!(slimmed.resource_version, None);
-        assert_eq!(slimmed.uid, whole.metadata.uid);
+        let slimmed = guard.0.unwrap();
+        assert_eq!(slimmed.metadata.resource_version, None);
+        assert_eq!(
+            slimmed.uid(),
+            whole.metadata.uid,
+            "not a UUID: kept as it is"
+        );
         assert_eq!(back.spec, whole.spec, "the spec survives its JSON form");
         let (kept, full) = (back.status.unwrap(), whole.status.clone().unwrap());
         assert_eq!(kept.conditions.len(), 2);
@@ -313,13 +437,33 @@ mod tests {
         assert_eq!(kept.success_rate, None, "gauges are not kept");
         let briefs = &cached.status.conditions;
         assert!(
-            briefs.iter().all(|b| matches!(
-                (&b.type_, &b.status, &b.reason),
-                (Cow::Borrowed(_), Cow::Borrowed(_), Cow::Borrowed(_))
-            )),
+            briefs.iter().all(|b| matches!(b, Brief::Known { .. })),
             "Herald's own words are not copied: {briefs:?}"
         );
-        assert_eq!(compact("SomethingElse"), "SomethingElse");
+        let foreign = Condition {
+            type_: "Synced".into(),
+            status: "True".into(),
+            reason: "SomethingElse".into(),
+            message: "by another controller".into(),
+            observed_generation: Some(1),
+            last_transition_time: Time("2026-11-30T10:00:00.5Z".parse().unwrap()),
+        };
+        let kept = Brief::of(&foreign).condition();
+        assert_eq!(
+            (
+                &kept.type_,
+                &kept.status,
+                &kept.reason,
+                &kept.last_transition_time
+            ),
+            (
+                &foreign.type_,
+                &foreign.status,
+                &foreign.reason,
+                &foreign.last_transition_time
+            ),
+            "anything else is kept as written"
+        );
         let bare = json!({"apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
             "metadata": {"name": "a", "namespace": "shop"},
             "spec": {"url": "https://a.example.com/", "eventTypes": ["a"],
@@ -397,7 +541,8 @@ mod tests {
             ..Default::default()
         };
         let first: Cached = serde_json::from_value(stored()).unwrap();
-        let now = Time("2026-12-01T00:00:00.123456Z".parse().unwrap());
+        // The writer renders in whole seconds, as the API server stores times.
+        let now = Time("2026-12-01T00:00:00Z".parse().unwrap());
         let rendered = observed::status(&first.endpoint().unwrap(), Some(&health), &now);
         // What the API server then holds: the controller's part and the health writer's,
         // times to the second.
@@ -423,15 +568,93 @@ mod tests {
             stored_again.status.health,
             "{again:#?}"
         );
+        // What the writer expects to come back is what comes back, so its own write
+        // does not make it render again.
+        assert_eq!(
+            first.inputs(fingerprint(&rendered)),
+            stored_again.inputs(stored_again.status.health)
+        );
+        assert_ne!(
+            first.inputs(first.status.health),
+            stored_again.inputs(stored_again.status.health),
+            "a health part that changed is a changed input"
+        );
+        let mut respecced = stored_again.clone();
+        respecced.spec = respecced
+            .spec
+            .replace("\"paused\":true", "\"paused\":false")
+            .into();
+        assert_ne!(
+            respecced.inputs(respecced.status.health),
+            stored_again.inputs(stored_again.status.health),
+            "so is the spec"
+        );
+    }
+
+    #[test]
+    fn a_uuid_is_kept_as_a_number_and_comes_back_as_it_was() {
+        let mut object = stored();
+        let uid = "3f2a1b4c-5d6e-4f70-8a9b-00000000002a";
+        object["metadata"]["uid"] = json!(uid);
+        let whole: WebhookEndpoint = serde_json::from_value(object.clone()).unwrap();
+        let mut guard: super::super::Guarded = serde_json::from_value(object).unwrap();
+        slim(&mut guard);
+        let cached = guard.0.unwrap();
+        assert_eq!(cached.metadata.uid, None, "not held as text");
+        assert_eq!(cached.uid().as_deref(), Some(uid));
+        let back = cached.endpoint().unwrap();
+        assert_eq!(back.metadata.uid, whole.metadata.uid);
+        assert_eq!(back.metadata.name, whole.metadata.name);
+        for other in [
+            "3F2A1B4C-5D6E-4F70-8A9B-00000000002A",
+            "u1",
+            "",
+            "00000000-0000-0000-0000-000000000000",
+            "3f2a1b4c5d6e4f708a9b00000000002a0000",
+        ] {
+            assert_eq!(uuid(other), None, "{other}");
+        }
     }
 
     #[test]
     fn a_cached_endpoint_stays_small() {
         // The store holds one per endpoint (docs/scale.md): 1,120 bytes of structs for the
-        // whole object, 416 for this, before any allocation.
-        assert!(std::mem::size_of::<super::super::Guarded>() <= 416);
+        // whole object, 432 for this (the uid as a number instead of 36 bytes of text
+        // twice), before any allocation.
+        assert!(std::mem::size_of::<super::super::Guarded>() <= 432);
+        assert!(std::mem::size_of::<Brief>() <= 16);
         let cached: Cached = serde_json::from_value(stored()).unwrap();
         assert!(cached.spec.len() < 512, "{}", cached.spec);
+        let mut bare = stored();
+        bare["spec"] = json!({"url": "https://hooks.example.com/shop/orders",
+            "eventTypes": ["order.created"], "secretRef": {"name": "signing"}});
+        let cached: Cached = serde_json::from_value(bare).unwrap();
+        assert!(
+            cached.spec.len() < 128,
+            "defaults are not kept: {}",
+            cached.spec
+        );
+    }
+
+    #[test]
+    fn a_spec_comes_back_whole_from_what_is_kept() {
+        let specs = [
+            json!({"url": "https://a.example.com/", "eventTypes": ["a"], "secretRef": {"name": "s"}}),
+            stored()["spec"].clone(),
+            // Explicit defaults, and a default-looking value inside a non-default object.
+            json!({"url": "https://a.example.com/", "eventTypes": ["a", "b.*"],
+                "secretRef": {"name": "s"}, "paused": false,
+                "delivery": {"timeout": "10s", "maxInFlight": 1, "disableOnGone": false,
+                    "retry": {"schedule": ["5s"]}, "circuitBreaker": {}}}),
+            json!({"url": "", "eventTypes": [], "secretRef": {"name": ""}}),
+        ];
+        for spec in specs {
+            let whole: WebhookEndpointSpec = serde_json::from_value(spec.clone()).unwrap();
+            let kept = minimal(&whole).unwrap();
+            let back: WebhookEndpointSpec = serde_json::from_str(&kept).unwrap();
+            assert_eq!(back, whole, "{spec} kept as {kept}");
+            assert!(kept.len() <= serde_json::to_string(&whole).unwrap().len());
+        }
     }
 
     #[test]

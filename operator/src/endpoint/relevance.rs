@@ -34,7 +34,10 @@ pub fn relevant(obj: &Guarded) -> u64 {
         .as_ref()
         .map(|t| t.0.as_nanosecond())
         .hash(&mut hasher);
-    obj.meta().uid.hash(&mut hasher);
+    match &obj.0 {
+        Ok(cached) => cached.uid().hash(&mut hasher),
+        Err(_) => obj.meta().uid.hash(&mut hasher),
+    }
     hasher.finish()
 }
 

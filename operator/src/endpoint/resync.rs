@@ -16,7 +16,6 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::Guarded;
@@ -45,8 +44,12 @@ pub fn triggers(store: Store<Guarded>) -> impl Stream<Item = ObjectRef<Guarded>>
             let due: Vec<ObjectRef<Guarded>> = store
                 .state()
                 .iter()
-                .filter(|guard| guard.0.is_ok() && guard.meta().deletion_timestamp.is_none())
-                .filter(|guard| due(guard.meta().uid.as_deref().unwrap_or_default(), slot, slots))
+                .filter(|guard| {
+                    guard.0.as_ref().is_ok_and(|cached| {
+                        cached.metadata.deletion_timestamp.is_none()
+                            && due(&cached.uid().unwrap_or_default(), slot, slots)
+                    })
+                })
                 .map(|guard| ObjectRef::from_obj(&**guard))
                 .collect();
             Some((futures::stream::iter(due), (tick, (slot + 1) % slots)))

@@ -1,6 +1,6 @@
 //! Pure: decides when an endpoint's newest health may be published into status — at
 //! most once per endpoint per interval, always the latest value — and which changes are
-//! worth a status write soon ([`material`]) and which only on a slow refresh.
+//! worth a status write soon ([`Prints::material`]) and which only on a slow refresh.
 //!
 //! Contract: a material change (what a user or a GitOps tool acts on: state, circuit,
 //! disabled, success rate, the outcome class of the last delivery — a 200 after a 204 is
@@ -10,8 +10,14 @@
 //! time, how large the backlog is, the p95, the concurrency limit) at most once per
 //! [`Pacing::refresh`]. An endpoint receiving steady traffic therefore costs one status
 //! write per refresh, not one per interval.
+//!
+//! It keeps no health record, only [`Prints`] of them (two `u64`s): what status shows,
+//! and the newest while it waits. The health writer reads the record itself from the
+//! bucket when it renders (`super::writer`), so the operator's memory per endpoint does
+//! not hold one or two copies of every endpoint's health (docs/scale.md).
 
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
 use herald_core::dataplane::{EndpointHealth, EndpointKey};
@@ -26,6 +32,17 @@ pub struct Pacing {
     pub refresh: Duration,
 }
 
+impl Pacing {
+    /// How long after a publication the next may go out.
+    fn gap(&self, material: bool) -> Duration {
+        if material {
+            self.interval
+        } else {
+            self.refresh.max(self.interval)
+        }
+    }
+}
+
 impl Default for Pacing {
     fn default() -> Self {
         Self {
@@ -35,36 +52,89 @@ impl Default for Pacing {
     }
 }
 
-/// Whether going from the published `old` to `new` changes something a user acts on
-/// (see the module's contract). Absent ↔ present is always material.
-pub fn material(old: Option<&EndpointHealth>, new: Option<&EndpointHealth>) -> bool {
-    let (Some(old), Some(new)) = (old, new) else {
-        return old.is_some() != new.is_some();
-    };
-    let outcome = |h: &EndpointHealth| h.last_delivery.as_ref().map(|d| d.outcome);
-    let draining = |h: &EndpointHealth| h.backlog.unwrap_or(0) > 0;
-    (&old.uid, old.generation, old.shard) != (&new.uid, new.generation, new.shard)
-        || old.state != new.state
-        || old.circuit != new.circuit
-        || old.success_permille != new.success_permille
-        || old.disabled_reason != new.disabled_reason
-        || old.disabled_message != new.disabled_message
-        || old.enable_token != new.enable_token
-        || old.first_failure_ms != new.first_failure_ms
-        || old.oldest_pending_ms.is_some() != new.oldest_pending_ms.is_some()
-        || draining(old) != draining(new)
-        || outcome(old) != outcome(new)
+/// Fingerprints of one health record (or of none): equal records have equal prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prints {
+    /// Of the whole record.
+    pub all: u64,
+    /// Of what a user acts on (see the module's contract).
+    pub material: u64,
+}
+
+fn hash(value: &impl Hash) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Prints {
+    /// The prints of `health` (`None`: no record).
+    pub fn of(health: Option<&EndpointHealth>) -> Self {
+        let Some(h) = health else {
+            return Self {
+                all: 0,
+                material: 0,
+            };
+        };
+        let material = (
+            1u8,
+            (&h.uid, h.generation, h.shard),
+            (h.state, h.circuit),
+            h.success_permille,
+            h.disabled_reason,
+            (&h.disabled_message, &h.enable_token),
+            h.first_failure_ms,
+            h.oldest_pending_ms.is_some(),
+            h.backlog.unwrap_or(0) > 0,
+            h.last_delivery.as_ref().map(|d| d.outcome),
+        );
+        Self {
+            all: hash(&(1u8, serde_json::to_vec(h).unwrap_or_default())),
+            material: hash(&material),
+        }
+    }
+
+    /// Whether going from `self` (shown) to `new` changes something a user acts on.
+    pub fn material(&self, new: &Prints) -> bool {
+        self.material != new.material
+    }
+}
+
+/// What is known of one endpoint.
+#[derive(Debug)]
+pub struct Slot {
+    /// Of the record status shows (or is about to: published, not rendered yet).
+    shown: Prints,
+    /// The newest record while it waits, and whether it is material (then it may go out
+    /// an interval after `last`, else a refresh after it).
+    pending: Option<(Prints, bool)>,
+    /// When a record was last published.
+    last: Option<Instant>,
+    /// Published, and the writer has not rendered it yet.
+    due: bool,
+    /// What the writer rendered from last time (`Cached::inputs`; 0: nothing yet), so a
+    /// trigger that changes none of it (its own status write coming back) renders
+    /// nothing.
+    rendered: u64,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self {
+            shown: Prints::of(None),
+            pending: None,
+            last: None,
+            due: false,
+            rendered: 0,
+        }
+    }
 }
 
 /// Decides when pending health may be published: the pure half of this module.
 #[derive(Default)]
 pub struct Coalescer {
     pacing: Pacing,
-    last: HashMap<EndpointKey, Instant>,
-    /// The newest value and how long after the last publication it may go out (boxed:
-    /// at steady traffic nearly every endpoint has one, and the table's slots are
-    /// allocated for all of them).
-    pending: HashMap<EndpointKey, (Option<Box<EndpointHealth>>, Duration)>,
+    slots: HashMap<EndpointKey, Slot>,
 }
 
 impl Coalescer {
@@ -75,60 +145,112 @@ impl Coalescer {
         }
     }
 
-    /// Records a new value, `material` or not (compared with what is published); returns
-    /// it at once when the endpoint's last publication is long enough ago.
-    pub fn offer(
-        &mut self,
-        key: EndpointKey,
-        health: Option<EndpointHealth>,
-        material: bool,
-        now: Instant,
-    ) -> Option<(EndpointKey, Option<EndpointHealth>)> {
-        let gap = if material {
-            self.pacing.interval
-        } else {
-            self.pacing.refresh.max(self.pacing.interval)
-        };
-        let due = self
+    /// Records the prints of a new record; returns the key when it is published at once
+    /// (its endpoint's last publication is long enough ago). A record equal to what
+    /// status shows cancels whatever was waiting.
+    pub fn offer(&mut self, key: EndpointKey, new: Prints, now: Instant) -> Option<EndpointKey> {
+        let pacing = self.pacing;
+        let slot = self.slots.entry(key.clone()).or_default();
+        if new == slot.shown {
+            slot.pending = None;
+            return None;
+        }
+        let material = slot.shown.material(&new);
+        if slot
             .last
-            .get(&key)
-            .is_none_or(|last| now.duration_since(*last) >= gap);
-        if due {
-            self.pending.remove(&key);
-            self.last.insert(key.clone(), now);
-            Some((key, health))
+            .is_none_or(|last| now.duration_since(last) >= pacing.gap(material))
+        {
+            Self::publish(&mut self.slots, key, new, now)
         } else {
-            self.pending.insert(key, (health.map(Box::new), gap));
+            slot.pending = Some((new, material));
             None
         }
     }
 
-    /// Forgets a pending value: the endpoint went back to what its status shows.
-    pub fn cancel(&mut self, key: &EndpointKey) {
-        self.pending.remove(key);
+    /// Marks `key` published with `prints`; a record that is gone forgets the endpoint.
+    fn publish(
+        slots: &mut HashMap<EndpointKey, Slot>,
+        key: EndpointKey,
+        prints: Prints,
+        now: Instant,
+    ) -> Option<EndpointKey> {
+        if prints == Prints::of(None) {
+            slots.remove(&key);
+            return Some(key);
+        }
+        let slot = slots.entry(key.clone()).or_default();
+        slot.shown = prints;
+        slot.pending = None;
+        slot.last = Some(now);
+        slot.due = true;
+        Some(key)
     }
 
-    /// Pending values whose interval has passed.
-    pub fn due(&mut self, now: Instant) -> Vec<(EndpointKey, Option<EndpointHealth>)> {
-        let last = &mut self.last;
-        let ready: Vec<EndpointKey> = self
-            .pending
+    /// The endpoints whose waiting record may go out now, marked published.
+    pub fn due(&mut self, now: Instant) -> Vec<EndpointKey> {
+        let pacing = self.pacing;
+        let ready: Vec<(EndpointKey, Prints)> = self
+            .slots
             .iter()
-            .filter(|(k, (_, gap))| last.get(*k).is_none_or(|t| now.duration_since(*t) >= *gap))
-            .map(|(k, _)| k.clone())
+            .filter_map(|(key, slot)| {
+                let (prints, material) = slot.pending?;
+                slot.last
+                    .is_none_or(|last| now.duration_since(last) >= pacing.gap(material))
+                    .then(|| (key.clone(), prints))
+            })
             .collect();
-        // Forget endpoints quiet for longer than any gap (they are due at once anyway), so
-        // the map does not grow with every endpoint ever seen.
-        let longest = self.pacing.refresh.max(self.pacing.interval);
-        last.retain(|_, t| now.duration_since(*t) < longest);
         ready
             .into_iter()
-            .filter_map(|k| {
-                let (health, _) = self.pending.remove(&k)?;
-                self.last.insert(k.clone(), now);
-                Some((k, health.map(|h| *h)))
-            })
+            .filter_map(|(key, prints)| Self::publish(&mut self.slots, key, prints, now))
             .collect()
+    }
+
+    /// The writer starts on `key` with `inputs`: whether it must render (something was
+    /// published, or what it renders from changed since it last did) and the endpoint's
+    /// key as held here, to share rather than allocate again.
+    pub fn begin(&mut self, key: &EndpointKey, inputs: u64) -> (bool, EndpointKey) {
+        match self.slots.get_key_value(key) {
+            Some((held, slot)) => {
+                let render = slot.due || slot.rendered == 0 || slot.rendered != inputs;
+                let held = held.clone();
+                if let Some(slot) = self.slots.get_mut(key) {
+                    slot.due = false;
+                }
+                (render, held)
+            }
+            None => (true, key.clone()),
+        }
+    }
+
+    /// The writer rendered `key` from `inputs` and the record with `prints`, and status
+    /// now shows it. An endpoint without a record is not remembered: rendering it again
+    /// reads nothing that could be early.
+    pub fn rendered(&mut self, key: EndpointKey, inputs: u64, prints: Prints) {
+        if prints == Prints::of(None) {
+            if let Some(slot) = self.slots.get_mut(&key) {
+                slot.rendered = inputs;
+            }
+            return;
+        }
+        let slot = self.slots.entry(key).or_default();
+        slot.shown = prints;
+        slot.rendered = inputs;
+        if slot.pending.is_some_and(|(waiting, _)| waiting == prints) {
+            slot.pending = None;
+        }
+    }
+
+    /// The writer failed on `key`: it renders again on its retry.
+    pub fn failed(&mut self, key: &EndpointKey) {
+        if let Some(slot) = self.slots.get_mut(key) {
+            slot.due = true;
+        }
+    }
+
+    /// Endpoints known.
+    #[cfg(test)]
+    fn known(&self) -> usize {
+        self.slots.len()
     }
 }
 
@@ -136,13 +258,6 @@ impl Coalescer {
 mod tests {
     use super::*;
     use herald_core::dataplane::{AttemptOutcome, LastAttempt};
-
-    fn health(permille: u32) -> Option<EndpointHealth> {
-        Some(EndpointHealth {
-            success_permille: Some(permille),
-            ..Default::default()
-        })
-    }
 
     const PACING: Pacing = Pacing {
         interval: Duration::from_secs(10),
@@ -169,6 +284,22 @@ mod tests {
         }
     }
 
+    fn material(old: Option<&EndpointHealth>, new: Option<&EndpointHealth>) -> bool {
+        Prints::of(old).material(&Prints::of(new))
+    }
+
+    /// A record that differs from `delivered("e0", ..)` in gauges only (`n` > 0).
+    fn gauge(n: u64) -> Prints {
+        Prints::of(Some(&delivered(&format!("e{n}"), n, n * 1000, 200)))
+    }
+
+    /// A record that differs from the gauges' in something material.
+    fn flip(permille: u32) -> Prints {
+        let mut h = delivered("e0", 0, 0, 200);
+        h.success_permille = Some(permille);
+        Prints::of(Some(&h))
+    }
+
     #[test]
     fn only_what_a_user_acts_on_is_material() {
         use herald_core::v1alpha1::{CircuitState, EndpointState};
@@ -188,6 +319,7 @@ mod tests {
         ];
         for new in &gauges {
             assert!(!material(Some(&base), Some(new)), "{new:?}");
+            assert_ne!(Prints::of(Some(&base)), Prints::of(Some(new)), "{new:?}");
         }
         let mut backlogged = with(&|h| h.backlog = Some(3));
         backlogged.oldest_pending_ms = Some(900);
@@ -215,6 +347,7 @@ mod tests {
         assert!(material(None, Some(&base)));
         assert!(material(Some(&base), None));
         assert!(!material(None, None));
+        assert_eq!(Prints::of(Some(&base)), Prints::of(Some(&base.clone())));
     }
 
     #[tokio::test(start_paused = true)]
@@ -223,9 +356,9 @@ mod tests {
         let mut c = Coalescer::new(PACING);
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        assert!(c.offer(key.clone(), health(1), true, t0).is_some());
+        assert!(c.offer(key.clone(), gauge(1), t0).is_some());
         // A new last delivery only: not before the refresh, however long it waits.
-        assert!(c.offer(key.clone(), health(1), false, at(20)).is_none());
+        assert!(c.offer(key.clone(), gauge(2), at(20)).is_none());
         assert!(c.due(at(60)).is_empty());
         assert!(c.due(at(299)).is_empty());
         assert_eq!(
@@ -234,11 +367,16 @@ mod tests {
             "refreshed once the refresh has passed"
         );
         // Then a material change: within the interval, not the refresh.
-        assert!(c.offer(key.clone(), health(2), false, at(301)).is_none());
-        assert!(c.offer(key.clone(), health(3), true, at(302)).is_none());
-        assert_eq!(c.due(at(310)), vec![(key.clone(), health(3))]);
+        assert!(c.offer(key.clone(), gauge(3), at(301)).is_none());
+        assert!(c.offer(key.clone(), flip(990), at(302)).is_none());
+        assert_eq!(c.due(at(310)), vec![key.clone()]);
+        assert_eq!(
+            c.slots[&key].shown,
+            flip(990),
+            "the newest is what went out"
+        );
         // Quiet for longer than the refresh: the next change goes out at once.
-        assert!(c.offer(key.clone(), health(4), false, at(700)).is_some());
+        assert!(c.offer(key.clone(), flip(980), at(700)).is_some());
     }
 
     #[tokio::test(start_paused = true)]
@@ -246,32 +384,71 @@ mod tests {
         let key = EndpointKey::new("ns", "ep");
         let mut c = Coalescer::new(PACING);
         let t0 = Instant::now();
-        assert!(c.offer(key.clone(), health(1), true, t0).is_some());
-        assert!(
-            c.offer(key.clone(), health(2), true, t0 + Duration::from_secs(1))
-                .is_none()
-        );
-        assert!(
-            c.offer(key.clone(), health(3), true, t0 + Duration::from_secs(2))
-                .is_none()
-        );
-        assert!(c.due(t0 + Duration::from_secs(9)).is_empty());
-        let due = c.due(t0 + Duration::from_secs(10));
-        assert_eq!(
-            due,
-            vec![(key.clone(), health(3))],
-            "only the latest is published"
-        );
-        assert!(c.due(t0 + Duration::from_secs(30)).is_empty());
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert!(c.offer(key.clone(), flip(1), t0).is_some());
+        assert!(c.offer(key.clone(), flip(2), at(1)).is_none());
+        assert!(c.offer(key.clone(), flip(3), at(2)).is_none());
+        assert!(c.due(at(9)).is_empty());
+        assert_eq!(c.due(at(10)), vec![key.clone()]);
+        assert_eq!(c.slots[&key].shown, flip(3), "only the latest is published");
+        assert!(c.due(at(30)).is_empty());
+        // Back to what status shows: nothing waits any more.
+        assert!(c.offer(key.clone(), flip(4), at(12)).is_none());
+        assert!(c.offer(key.clone(), flip(3), at(13)).is_none());
+        assert!(c.due(at(60)).is_empty());
         // Other endpoints are not held back.
-        assert!(
-            c.offer(
-                EndpointKey::new("ns", "other"),
-                health(5),
-                true,
-                t0 + Duration::from_secs(11)
-            )
-            .is_some()
+        let other = EndpointKey::new("ns", "other");
+        assert!(c.offer(other, flip(5), at(11)).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_writer_renders_what_was_published_or_changed_and_nothing_else() {
+        let key = EndpointKey::new("ns", "ep");
+        let mut c = Coalescer::new(PACING);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Never rendered: render.
+        assert!(c.begin(&key, 7).0);
+        assert_eq!(c.known(), 0, "an endpoint without health is not remembered");
+        let published = c.offer(key.clone(), gauge(1), t0).unwrap();
+        assert!(c.begin(&key, 7).0, "published");
+        c.rendered(published, 7, gauge(1));
+        // Its own write coming back (same inputs, nothing published): nothing.
+        assert!(!c.begin(&key, 7).0);
+        // A gauge waiting for the refresh does not sneak out with another trigger …
+        assert!(c.offer(key.clone(), gauge(2), at(20)).is_none());
+        assert!(!c.begin(&key, 7).0);
+        // … but a change of what it renders from does render (with the newest record,
+        // which then no longer waits).
+        assert!(c.begin(&key, 8).0);
+        c.rendered(key.clone(), 8, gauge(2));
+        assert!(c.due(at(400)).is_empty(), "rendered already");
+        // A failed render is rendered again on the retry.
+        assert!(c.offer(key.clone(), flip(900), at(401)).is_some());
+        assert!(c.begin(&key, 8).0);
+        c.failed(&key);
+        assert!(c.begin(&key, 8).0);
+        // The record deleted: published once, then the endpoint is forgotten.
+        assert_eq!(
+            c.offer(key.clone(), Prints::of(None), at(500)),
+            Some(key.clone())
         );
+        assert_eq!(c.known(), 0);
+        assert!(c.begin(&key, 8).0);
+    }
+
+    #[test]
+    fn what_is_kept_per_endpoint_stays_small() {
+        // One per endpoint with health (docs/scale.md): no record, only prints.
+        assert!(std::mem::size_of::<Slot>() <= 72);
+    }
+
+    #[test]
+    fn the_key_is_shared_not_copied() {
+        let mut c = Coalescer::new(PACING);
+        let key = EndpointKey::new("ns", "ep");
+        c.rendered(key.clone(), 1, gauge(1));
+        let (_, held) = c.begin(&EndpointKey::new("ns", "ep"), 1);
+        assert!(held.shares(&key));
     }
 }

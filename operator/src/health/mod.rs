@@ -1,19 +1,18 @@
 //! Health → status: watches the `herald-health` bucket and feeds the health writer.
 //!
-//! Contract: [`run`] keeps the latest record per endpoint and *publishes* it into
-//! [`Published`] — what the health writer ([`writer`]) renders — at most once per endpoint
-//! per `interval` when something material changed, and at most once per `refresh` when
-//! only gauges moved ([`coalesce`]), then triggers the writer for that endpoint. However
-//! often dispatchers report, an endpoint's health fields change at most once per
-//! interval, and a health update costs one status patch: no DNS lookup, no API read, no
-//! KV read. [`Published::synced`] resolves once the bucket's existing records are loaded,
-//! so a new leader does not first write "no health" over every endpoint's status.
+//! Contract: [`run`] offers every record's [`coalesce::Prints`] to the [`Board`] and
+//! *publishes* an endpoint — triggers the health writer ([`writer`]) for it — at most
+//! once per `interval` when something material changed, and at most once per `refresh`
+//! when only gauges moved ([`coalesce`]). However often dispatchers report, an
+//! endpoint's health fields change at most once per interval, and a health update costs
+//! one KV read and one status patch: no DNS lookup, no API read. The operator keeps no
+//! health record in memory: the writer reads the newest from the bucket when it renders,
+//! so a restarted leader shows what the bucket holds, never "no health".
 
 pub mod coalesce;
 pub mod writer;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
@@ -21,65 +20,69 @@ use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use herald_core::dataplane::{BucketKey, EndpointHealth, EndpointKey};
 use kube::runtime::reflector::ObjectRef;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::endpoint::Guarded;
-use coalesce::{Coalescer, Pacing};
+use coalesce::{Coalescer, Pacing, Prints};
 
-/// Give up waiting for the initial records after this long: status without health is
-/// better than no status.
-const SYNC_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The health each endpoint's status shows now (boxed: a table slot is then 24 bytes
-/// instead of 232, and the table keeps room for more endpoints than it holds).
-pub struct Published {
-    map: Mutex<HashMap<EndpointKey, Box<EndpointHealth>>>,
-    synced: watch::Sender<bool>,
+/// The health side of every endpoint of one scope: the [`Coalescer`]'s prints, shared by
+/// the watch ([`run`]) and the writer, and the bucket the writer reads records from.
+pub struct Board {
+    coalescer: Mutex<Coalescer>,
+    kv: kv::Store,
 }
 
-impl Default for Published {
-    fn default() -> Self {
+/// A health record that does not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Nats(#[from] crate::nats::Error),
+    #[error("the health record {key} does not decode: {source}")]
+    Malformed {
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Board {
+    pub fn new(kv: kv::Store, pacing: Pacing) -> Self {
         Self {
-            map: Mutex::default(),
-            synced: watch::Sender::new(false),
-        }
-    }
-}
-
-impl Published {
-    pub fn get(&self, key: &EndpointKey) -> Option<EndpointHealth> {
-        self.lock().get(key).map(|h| EndpointHealth::clone(h))
-    }
-
-    /// Resolves once the records that existed when watching began are published (or
-    /// after [`SYNC_TIMEOUT`]).
-    pub async fn synced(&self) {
-        let mut rx = self.synced.subscribe();
-        let _ = tokio::time::timeout(SYNC_TIMEOUT, rx.wait_for(|synced| *synced)).await;
-    }
-
-    fn mark_synced(&self) {
-        self.synced
-            .send_if_modified(|synced| !std::mem::replace(synced, true));
-    }
-
-    fn set(&self, key: EndpointKey, health: Option<EndpointHealth>) {
-        let mut map = self.lock();
-        match health {
-            Some(h) => {
-                map.insert(key, Box::new(h));
-            }
-            None => {
-                map.remove(&key);
-            }
+            coalescer: Mutex::new(Coalescer::new(pacing)),
+            kv,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EndpointKey, Box<EndpointHealth>>> {
-        // A panic while holding the lock cannot leave the map half-updated (every
-        // operation is a single insert or remove), so a poisoned lock is still usable.
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    /// The newest health record of `key` in the bucket.
+    pub async fn read(&self, key: &EndpointKey) -> Result<Option<EndpointHealth>, ReadError> {
+        let name = key.config_key();
+        match crate::nats::read(&self.kv, &name).await? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| ReadError::Malformed { key: name, source }),
+        }
+    }
+
+    /// See [`Coalescer::begin`].
+    pub fn begin(&self, key: &EndpointKey, inputs: u64) -> (bool, EndpointKey) {
+        self.lock().begin(key, inputs)
+    }
+
+    /// See [`Coalescer::rendered`].
+    pub fn rendered(&self, key: EndpointKey, inputs: u64, prints: Prints) {
+        self.lock().rendered(key, inputs, prints);
+    }
+
+    /// See [`Coalescer::failed`].
+    pub fn failed(&self, key: &EndpointKey) {
+        self.lock().failed(key);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Coalescer> {
+        // Every operation leaves the coalescer consistent before it can panic (a map
+        // insert or remove at a time), so a poisoned lock is still usable.
+        self.coalescer.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -101,63 +104,53 @@ fn decode(entry: &kv::Entry) -> Option<(EndpointKey, Option<EndpointHealth>)> {
     Some((key, health))
 }
 
-/// What the watch feeds: the coalescer, the published health and the writer's trigger.
+/// What the watch feeds: the board and the writer's trigger.
 struct Feed {
-    coalescer: Coalescer,
-    published: Arc<Published>,
+    board: Arc<Board>,
     trigger: UnboundedSender<ObjectRef<Guarded>>,
     namespace: Option<String>,
 }
 
 impl Feed {
-    fn publish(&self, (key, health): (EndpointKey, Option<EndpointHealth>)) {
+    fn publish(&self, key: &EndpointKey) {
         let obj = ObjectRef::new(&key.name()).within(key.namespace());
-        self.published.set(key, health);
         let _ = self.trigger.unbounded_send(obj);
     }
 
     /// Publishes what became due.
-    fn tick(&mut self) {
-        for ready in self.coalescer.due(Instant::now()) {
-            self.publish(ready);
+    fn tick(&self) {
+        let due = self.board.lock().due(Instant::now());
+        for key in &due {
+            self.publish(key);
         }
     }
 
     /// Takes one record from the bucket.
-    fn record(&mut self, entry: &kv::Entry) {
+    fn record(&self, entry: &kv::Entry) {
         let namespace = self.namespace.as_deref();
         let record =
             decode(entry).filter(|(key, _)| namespace.is_none_or(|ns| ns == key.namespace()));
         if let Some((key, health)) = record {
-            let published = self.published.get(&key);
-            if published == health {
-                self.coalescer.cancel(&key);
-            } else {
-                let material = coalesce::material(published.as_ref(), health.as_ref());
-                if let Some(ready) = self.coalescer.offer(key, health, material, Instant::now()) {
-                    self.publish(ready);
-                }
+            let prints = Prints::of(health.as_ref());
+            let published = self.board.lock().offer(key, prints, Instant::now());
+            if let Some(key) = published {
+                self.publish(&key);
             }
-        }
-        if entry.delta == 0 || entry.seen_current {
-            self.published.mark_synced();
         }
     }
 }
 
 /// Watches `herald-health` until `stop` resolves.
 pub async fn run(
-    store: kv::Store,
-    published: Arc<Published>,
+    board: Arc<Board>,
     trigger: UnboundedSender<ObjectRef<Guarded>>,
-    pacing: Pacing,
+    interval: Duration,
     namespace: Option<String>,
     stop: impl Future<Output = ()>,
 ) {
-    let interval = pacing.interval;
-    let mut feed = Feed {
-        coalescer: Coalescer::new(pacing),
-        published,
+    let store = board.kv.clone();
+    let feed = Feed {
+        board,
         trigger,
         namespace,
     };
@@ -167,10 +160,6 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(stop);
     'outer: loop {
-        // An empty bucket sends nothing to wait for.
-        if store.status().await.is_ok_and(|s| s.values() == 0) {
-            feed.published.mark_synced();
-        }
         // Latest value of every key first (a restarted operator must see existing health),
         // then every change; `watch_all` would only deliver changes.
         let mut watch = match store.watch_with_history(">").await {

@@ -4,11 +4,13 @@
 //! Contract: it owns what the data plane observed — `state`, `circuit`,
 //! `concurrencyLimit`, `backlog`, `oldestPending`, `lastDelivery`, `successRate`,
 //! `p95Latency`, `firstFailure` and the `Healthy` and `Disabled` conditions — rendered by
-//! [`observed`] from the endpoint as stored and the health [`Published`] for it. It runs
-//! when health is published and on every change of a stored endpoint (so `state` follows
-//! the `Ready` condition the endpoint controller writes), reads nothing but memory, and
-//! patches only when its part changed. It keeps the `herald_operator_endpoints` gauge and
-//! publishes the `Disabled` and `Recovered` Events.
+//! [`observed`] from the endpoint as stored and its newest health record, read from the
+//! bucket when it renders. It renders when health is published ([`super::run`]) and when
+//! what it renders from changed in the stored endpoint ([`Cached::inputs`]: so `state`
+//! follows the `Ready` condition the endpoint controller writes), not when its own write
+//! comes back — gauges waiting for their refresh do not go out with it — and patches only
+//! when its part changed. It keeps the `herald_operator_endpoints` gauge and publishes the
+//! `Disabled` and `Recovered` Events.
 
 use std::sync::Arc;
 
@@ -22,7 +24,8 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use super::Published;
+use super::Board;
+use super::coalesce::Prints;
 use crate::conditions;
 use crate::endpoint::{Cached, Guarded, cached, observed};
 use crate::metrics::{self, EndpointStates};
@@ -37,6 +40,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("decoding the cached spec: {0}")]
     Cache(#[source] serde_json::Error),
+    #[error("reading health: {0}")]
+    Health(#[from] super::ReadError),
 }
 
 impl Categorized for Error {
@@ -44,6 +49,8 @@ impl Categorized for Error {
         match self {
             Error::Kube(_) => "kube",
             Error::Cache(_) => "store",
+            Error::Health(super::ReadError::Nats(_)) => "nats",
+            Error::Health(super::ReadError::Malformed { .. }) => "store",
         }
     }
 }
@@ -51,7 +58,7 @@ impl Categorized for Error {
 /// What the writer needs, before the endpoint store exists.
 pub struct Parts {
     pub plumbing: Plumbing<Cached>,
-    pub health: Arc<Published>,
+    pub health: Arc<Board>,
     pub states: Arc<EndpointStates>,
 }
 
@@ -73,7 +80,7 @@ impl Parts {
 
 pub struct Context {
     plumbing: Plumbing<Cached>,
-    health: Arc<Published>,
+    health: Arc<Board>,
     states: Arc<EndpointStates>,
     /// The endpoint controller's store, to check an endpoint still exists before it is
     /// counted.
@@ -99,25 +106,49 @@ async fn write(guard: &Guarded, ctx: &Context) -> Result<Action, Error> {
         ctx.states.remove(&key);
         return Ok(Action::await_change());
     }
+    let (render, key) = ctx.health.begin(&key, cached.inputs(cached.status.health));
+    if !render {
+        return Ok(Action::await_change());
+    }
+    let written = render_and_patch(guard, cached, &key, ctx).await;
+    if written.is_err() {
+        ctx.health.failed(&key);
+    }
+    written
+}
+
+/// Renders the writer's part from the newest health record and patches it when it
+/// changed.
+async fn render_and_patch(
+    guard: &Guarded,
+    cached: &Cached,
+    key: &EndpointKey,
+    ctx: &Context,
+) -> Result<Action, Error> {
     let obj = &cached.endpoint().map_err(Error::Cache)?;
-    ctx.health.synced().await;
-    let health = ctx
-        .health
-        .get(&key)
-        .filter(|h| Some(&h.uid) == obj.metadata.uid.as_ref());
+    let record = ctx.health.read(key).await?;
+    let prints = Prints::of(record.as_ref());
+    let health = record.filter(|h| Some(&h.uid) == obj.metadata.uid.as_ref());
     let old = obj.status.clone().unwrap_or_default();
-    let new = observed::status(obj, health.as_ref(), &Time(Timestamp::now()));
-    if cached.status.health != cached::fingerprint(&new) {
+    // In whole seconds, as the API server stores it: the part written is then the part
+    // that comes back, and its fingerprint the one `rendered` expects.
+    let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
+    let new = observed::status(obj, health.as_ref(), &Time(now));
+    let part = cached::fingerprint(&new);
+    if cached.status.health != part {
         ctx.plumbing
-            .apply_status(&ns, &obj.name_any(), HEALTH_FIELD_MANAGER, &new)
+            .apply_status(key.namespace(), &obj.name_any(), HEALTH_FIELD_MANAGER, &new)
             .await?;
     }
+    // What the stored endpoint will hold once this write comes back.
+    ctx.health
+        .rendered(key.clone(), cached.inputs(part), prints);
     announce(obj, &old, &new, ctx).await;
     // Counted only while it still exists undeleted: the endpoint controller forgets it
     // on deletion, and this must not count it again.
     let current = ctx.endpoints.get(&ObjectRef::from_obj(guard));
     if current.is_some_and(|c| c.meta().deletion_timestamp.is_none()) {
-        ctx.states.set(key, metrics::state_label(new.state));
+        ctx.states.set(key.clone(), metrics::state_label(new.state));
     }
     Ok(Action::await_change())
 }
