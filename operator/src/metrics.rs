@@ -184,9 +184,21 @@ impl EndpointStates {
         }
     }
 
-    /// Records the state label of `key`.
+    /// Records the state label of `key` (held as `key`: pass the clone other maps hold,
+    /// and one allocation serves them all).
     pub fn set(&self, key: EndpointKey, label: &'static str) {
-        let old = self.lock().insert(key, label);
+        let mut labels = self.lock();
+        // A key held as another allocation is swapped for `key` (an insert keeps the old).
+        let swapped = if labels
+            .get_key_value(&key)
+            .is_some_and(|(held, _)| !held.shares(&key))
+        {
+            labels.remove(&key)
+        } else {
+            None
+        };
+        let old = labels.insert(key, label).or(swapped);
+        drop(labels);
         if old != Some(label) {
             if let Some(old) = old {
                 self.metrics.add_endpoints(old, -1);

@@ -24,6 +24,7 @@ use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::LazyLock;
 
+use herald_core::names::ENDPOINT_FINALIZER;
 use herald_core::v1alpha1::{WebhookEndpoint, WebhookEndpointSpec, WebhookEndpointStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
@@ -219,6 +220,11 @@ pub fn slim(guard: &mut super::Guarded) {
             cached.uid = uid;
             cached.metadata.uid = None;
         }
+        // Herald's finalizer alone is kept as an empty list, which allocates nothing (the
+        // API server leaves an empty list out, so it cannot mean anything else).
+        if cached.metadata.finalizers.as_deref() == Some(&[ENDPOINT_FINALIZER.to_owned()]) {
+            cached.metadata.finalizers = Some(Vec::new());
+        }
     }
 }
 
@@ -312,6 +318,14 @@ impl Cached {
         }
     }
 
+    /// The object's finalizers.
+    pub fn finalizers(&self) -> Vec<String> {
+        match self.metadata.finalizers.as_deref() {
+            Some([]) => vec![ENDPOINT_FINALIZER.to_owned()],
+            listed => listed.unwrap_or_default().to_vec(),
+        }
+    }
+
     /// The spec.
     pub fn spec(&self) -> Result<WebhookEndpointSpec, serde_json::Error> {
         serde_json::from_str(&self.spec)
@@ -338,6 +352,7 @@ impl Cached {
         Ok(WebhookEndpoint {
             metadata: ObjectMeta {
                 uid: self.uid(),
+                finalizers: self.metadata.finalizers.as_ref().map(|_| self.finalizers()),
                 ..self.metadata.clone()
             },
             spec: self.spec()?,
@@ -414,7 +429,8 @@ mod tests {
         let whole: WebhookEndpoint = serde_json::from_value(stored()).unwrap();
         let cached: Cached = serde_json::from_value(stored()).unwrap();
         let back = cached.endpoint().unwrap();
-        assert_eq!(back.metadata, whole.metadata);
+        let identity = |m: &ObjectMeta| (m.uid.clone(), m.name.clone(), m.finalizers.clone());
+        assert_eq!(identity(&back.metadata), identity(&whole.metadata));
         let mut guard = kube::core::DeserializeGuard(Ok(cached.clone()));
         slim(&mut guard);
         let slimmed = guard.0.unwrap();
@@ -601,10 +617,16 @@ mod tests {
         slim(&mut guard);
         let cached = guard.0.unwrap();
         assert_eq!(cached.metadata.uid, None, "not held as text");
+        assert_eq!(
+            cached.metadata.finalizers,
+            Some(Vec::new()),
+            "nor the finalizer"
+        );
+        assert_eq!(cached.finalizers(), vec![ENDPOINT_FINALIZER.to_owned()]);
         assert_eq!(cached.uid().as_deref(), Some(uid));
         let back = cached.endpoint().unwrap();
-        assert_eq!(back.metadata.uid, whole.metadata.uid);
-        assert_eq!(back.metadata.name, whole.metadata.name);
+        let identity = |m: &ObjectMeta| (m.uid.clone(), m.name.clone(), m.finalizers.clone());
+        assert_eq!(identity(&back.metadata), identity(&whole.metadata));
         for other in [
             "3F2A1B4C-5D6E-4F70-8A9B-00000000002A",
             "u1",

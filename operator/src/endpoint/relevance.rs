@@ -28,7 +28,10 @@ pub fn relevant(obj: &Guarded) -> u64 {
     obj.annotations()
         .get(names::ENABLE_ANNOTATION)
         .hash(&mut hasher);
-    obj.finalizers().hash(&mut hasher);
+    match &obj.0 {
+        Ok(cached) => cached.finalizers().hash(&mut hasher),
+        Err(_) => obj.finalizers().hash(&mut hasher),
+    }
     obj.meta()
         .deletion_timestamp
         .as_ref()

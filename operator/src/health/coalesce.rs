@@ -100,108 +100,141 @@ impl Prints {
     }
 }
 
-/// What is known of one endpoint.
+/// What is known of one endpoint (48 bytes: one per endpoint with health).
 #[derive(Debug)]
 pub struct Slot {
     /// Of the record status shows (or is about to: published, not rendered yet).
     shown: Prints,
-    /// The newest record while it waits, and whether it is material (then it may go out
-    /// an interval after `last`, else a refresh after it).
-    pending: Option<(Prints, bool)>,
-    /// When a record was last published.
-    last: Option<Instant>,
-    /// Published, and the writer has not rendered it yet.
-    due: bool,
+    /// The newest record while it waits (see `flags`).
+    pending: Prints,
     /// What the writer rendered from last time (`Cached::inputs`; 0: nothing yet), so a
     /// trigger that changes none of it (its own status write coming back) renders
     /// nothing.
     rendered: u64,
+    /// When a record was last published: [`Coalescer::tick`] + 1 (0: never).
+    last: u32,
+    /// [`WAITING`], [`MATERIAL`] (what waits may go out an interval after `last`, else a
+    /// refresh after it), [`DUE`] (published, the writer has not rendered it yet).
+    flags: u8,
 }
+
+const WAITING: u8 = 1;
+const MATERIAL: u8 = 2;
+const DUE: u8 = 4;
 
 impl Default for Slot {
     fn default() -> Self {
         Self {
             shown: Prints::of(None),
-            pending: None,
-            last: None,
-            due: false,
+            pending: Prints::of(None),
             rendered: 0,
+            last: 0,
+            flags: 0,
         }
     }
 }
 
+impl Slot {
+    fn waiting(&self) -> Option<(Prints, bool)> {
+        (self.flags & WAITING != 0).then_some((self.pending, self.flags & MATERIAL != 0))
+    }
+
+    fn wait(&mut self, prints: Prints, material: bool) {
+        self.pending = prints;
+        self.flags = (self.flags & DUE) | WAITING | if material { MATERIAL } else { 0 };
+    }
+
+    fn cancel(&mut self) {
+        self.flags &= DUE;
+    }
+}
+
 /// Decides when pending health may be published: the pure half of this module.
-#[derive(Default)]
 pub struct Coalescer {
     pacing: Pacing,
     slots: HashMap<EndpointKey, Slot>,
+    /// Times are kept as tenths of a second since this.
+    epoch: Instant,
 }
+
+/// The resolution of publication times.
+const TICK: Duration = Duration::from_millis(100);
 
 impl Coalescer {
     pub fn new(pacing: Pacing) -> Self {
         Self {
             pacing,
-            ..Default::default()
+            slots: HashMap::new(),
+            epoch: Instant::now(),
         }
+    }
+
+    /// `now` in tenths of a second since the epoch (a `u32` lasts 13 years).
+    fn tick(&self, now: Instant) -> u32 {
+        let ticks = now.saturating_duration_since(self.epoch).as_millis() / TICK.as_millis();
+        u32::try_from(ticks).unwrap_or(u32::MAX - 1)
+    }
+
+    /// Whether a publication may go out at `now` after the one at `last`.
+    fn passed(&self, last: u32, now: Instant, material: bool) -> bool {
+        let Some(at) = last.checked_sub(1) else {
+            return true;
+        };
+        let since = self.tick(now).saturating_sub(at);
+        TICK * since >= self.pacing.gap(material)
     }
 
     /// Records the prints of a new record; returns the key when it is published at once
     /// (its endpoint's last publication is long enough ago). A record equal to what
     /// status shows cancels whatever was waiting.
     pub fn offer(&mut self, key: EndpointKey, new: Prints, now: Instant) -> Option<EndpointKey> {
-        let pacing = self.pacing;
-        let slot = self.slots.entry(key.clone()).or_default();
-        if new == slot.shown {
-            slot.pending = None;
+        let (shown, last) = match self.slots.get(&key) {
+            Some(slot) => (slot.shown, slot.last),
+            None => (Prints::of(None), 0),
+        };
+        if new == shown {
+            if let Some(slot) = self.slots.get_mut(&key) {
+                slot.cancel();
+            }
             return None;
         }
-        let material = slot.shown.material(&new);
-        if slot
-            .last
-            .is_none_or(|last| now.duration_since(last) >= pacing.gap(material))
-        {
-            Self::publish(&mut self.slots, key, new, now)
+        let material = shown.material(&new);
+        if self.passed(last, now, material) {
+            self.publish(key, new, now)
         } else {
-            slot.pending = Some((new, material));
+            self.slots.entry(key).or_default().wait(new, material);
             None
         }
     }
 
     /// Marks `key` published with `prints`; a record that is gone forgets the endpoint.
-    fn publish(
-        slots: &mut HashMap<EndpointKey, Slot>,
-        key: EndpointKey,
-        prints: Prints,
-        now: Instant,
-    ) -> Option<EndpointKey> {
+    fn publish(&mut self, key: EndpointKey, prints: Prints, now: Instant) -> Option<EndpointKey> {
         if prints == Prints::of(None) {
-            slots.remove(&key);
+            self.slots.remove(&key);
             return Some(key);
         }
-        let slot = slots.entry(key.clone()).or_default();
+        let last = self.tick(now) + 1;
+        let slot = self.slots.entry(key.clone()).or_default();
         slot.shown = prints;
-        slot.pending = None;
-        slot.last = Some(now);
-        slot.due = true;
+        slot.last = last;
+        slot.flags = DUE;
         Some(key)
     }
 
     /// The endpoints whose waiting record may go out now, marked published.
     pub fn due(&mut self, now: Instant) -> Vec<EndpointKey> {
-        let pacing = self.pacing;
         let ready: Vec<(EndpointKey, Prints)> = self
             .slots
             .iter()
             .filter_map(|(key, slot)| {
-                let (prints, material) = slot.pending?;
-                slot.last
-                    .is_none_or(|last| now.duration_since(last) >= pacing.gap(material))
+                let (prints, material) = slot.waiting()?;
+                self.passed(slot.last, now, material)
                     .then(|| (key.clone(), prints))
             })
             .collect();
         ready
             .into_iter()
-            .filter_map(|(key, prints)| Self::publish(&mut self.slots, key, prints, now))
+            .filter_map(|(key, prints)| self.publish(key, prints, now))
             .collect()
     }
 
@@ -211,10 +244,10 @@ impl Coalescer {
     pub fn begin(&mut self, key: &EndpointKey, inputs: u64) -> (bool, EndpointKey) {
         match self.slots.get_key_value(key) {
             Some((held, slot)) => {
-                let render = slot.due || slot.rendered == 0 || slot.rendered != inputs;
+                let render = slot.flags & DUE != 0 || slot.rendered == 0 || slot.rendered != inputs;
                 let held = held.clone();
                 if let Some(slot) = self.slots.get_mut(key) {
-                    slot.due = false;
+                    slot.flags &= !DUE;
                 }
                 (render, held)
             }
@@ -235,15 +268,15 @@ impl Coalescer {
         let slot = self.slots.entry(key).or_default();
         slot.shown = prints;
         slot.rendered = inputs;
-        if slot.pending.is_some_and(|(waiting, _)| waiting == prints) {
-            slot.pending = None;
+        if slot.waiting().is_some_and(|(waiting, _)| waiting == prints) {
+            slot.cancel();
         }
     }
 
     /// The writer failed on `key`: it renders again on its retry.
     pub fn failed(&mut self, key: &EndpointKey) {
         if let Some(slot) = self.slots.get_mut(key) {
-            slot.due = true;
+            slot.flags |= DUE;
         }
     }
 
@@ -440,7 +473,7 @@ mod tests {
     #[test]
     fn what_is_kept_per_endpoint_stays_small() {
         // One per endpoint with health (docs/scale.md): no record, only prints.
-        assert!(std::mem::size_of::<Slot>() <= 72);
+        assert!(std::mem::size_of::<Slot>() <= 48);
     }
 
     #[test]
