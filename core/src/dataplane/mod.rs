@@ -196,6 +196,11 @@ impl BucketKey {
         Self::Replay(EndpointKey::new(namespace, name))
     }
 
+    /// The filter that selects every [`BucketKey::Endpoint`].
+    pub fn endpoint_filter() -> String {
+        format!("{}>", Self::ENDPOINT)
+    }
+
     /// The filter that selects every [`BucketKey::Lasting`] of `shard`.
     pub fn lasting_filter(shard: u32) -> String {
         format!("{}{shard}.>", Self::LASTING)
@@ -522,6 +527,7 @@ mod tests {
         assert_eq!(lasting.to_string(), "state.3.shop.orders");
         assert_eq!(BucketKey::parse("state.3.shop.orders"), Some(lasting));
         assert_eq!(BucketKey::lasting_filter(3), "state.3.>");
+        assert_eq!(BucketKey::endpoint_filter(), "ep.>");
         assert_eq!(
             BucketKey::parse("layout.shards"),
             Some(BucketKey::ShardCount)

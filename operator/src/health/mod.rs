@@ -160,9 +160,11 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(stop);
     'outer: loop {
-        // Latest value of every key first (a restarted operator must see existing health),
-        // then every change; `watch_all` would only deliver changes.
-        let mut watch = match store.watch_with_history(">").await {
+        // Latest value of every endpoint's key first (a restarted operator must see
+        // existing health), then every change; `watch_all` would only deliver changes.
+        // Only endpoints' records: the bucket also holds the dispatchers' lasting state
+        // and replay progress, written often during a replay.
+        let mut watch = match store.watch_with_history(BucketKey::endpoint_filter()).await {
             Ok(watch) => watch,
             Err(error) => {
                 tracing::warn!(%error, "watching herald-health failed; retrying");
