@@ -28,18 +28,15 @@ pub fn relevant(obj: &Guarded) -> u64 {
     obj.annotations()
         .get(names::ENABLE_ANNOTATION)
         .hash(&mut hasher);
-    match &obj.0 {
-        Ok(cached) => cached.finalizers().hash(&mut hasher),
-        Err(_) => obj.finalizers().hash(&mut hasher),
-    }
     obj.meta()
         .deletion_timestamp
         .as_ref()
         .map(|t| t.0.as_nanosecond())
         .hash(&mut hasher);
+    // A decoded endpoint keeps its uid and finalizer compactly (`cached::slim`).
     match &obj.0 {
-        Ok(cached) => cached.uid().hash(&mut hasher),
-        Err(_) => obj.meta().uid.hash(&mut hasher),
+        Ok(cached) => (cached.finalizers(), cached.uid()).hash(&mut hasher),
+        Err(_) => (obj.finalizers(), &obj.meta().uid).hash(&mut hasher),
     }
     hasher.finish()
 }
