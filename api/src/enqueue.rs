@@ -12,11 +12,10 @@
 //! schedules read the publish time from it) whose sequence part no event-store event
 //! can have, so a test event is never mistaken for a stored one.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use herald_core::dataplane::lane::{LaneMessage, Origin};
-use herald_core::dataplane::{DeliveryState, EndpointConfig, Lane, event_id, event_subject};
+use herald_core::dataplane::{DeliveryState, EndpointConfig, Newest, event_id, event_subject};
 use herald_core::envelope::{self, HeaderSize};
 use herald_core::pattern::Pattern;
 
@@ -54,11 +53,10 @@ async fn publish(
     id: &str,
     published_ms: u64,
     body: bytes::Bytes,
-    request: &str,
+    origin: Origin<'_>,
 ) -> Result<(), ApiError> {
-    let origin = Origin::Redeliver(request);
     let message = LaneMessage::for_endpoint(config, id, published_ms, &body, origin);
-    let subject = config.key().lane_subject(config.shard, Lane::Retry);
+    let subject = message.subject(&config.key(), config.shard);
     let publish = message.publish(body);
     store
         .js
@@ -117,20 +115,14 @@ pub async fn redeliver(
             ),
         ));
     }
-    publish(store, config, id, stored.published_ms, event.body, request).await
+    let origin = Origin::Redeliver(request);
+    publish(store, config, id, stored.published_ms, event.body, origin).await
 }
 
 /// The events whose newest record (in log order) is `dead`.
 pub fn dead_events(records: &[Logged]) -> Vec<Arc<str>> {
-    let mut newest: HashMap<&Arc<str>, DeliveryState> = HashMap::new();
-    for logged in records {
-        newest.insert(&logged.record.event_id, logged.record.state);
-    }
-    let mut dead: Vec<Arc<str>> = newest
-        .into_iter()
-        .filter(|(_, state)| *state == DeliveryState::Dead)
-        .map(|(id, _)| id.clone())
-        .collect();
+    let newest: Newest = records.iter().map(|logged| &logged.record).collect();
+    let mut dead: Vec<Arc<str>> = newest.events_in(&[DeliveryState::Dead]).cloned().collect();
     dead.sort_unstable();
     dead
 }
@@ -163,7 +155,15 @@ pub async fn test_event(
         max_bytes,
     )
     .map_err(|e| ApiError::unavailable("building the test event", e))?;
-    publish(store, config, &id, now_ms, event.body, request).await?;
+    publish(
+        store,
+        config,
+        &id,
+        now_ms,
+        event.body,
+        Origin::Test(request),
+    )
+    .await?;
     Ok(id)
 }
 

@@ -10,9 +10,8 @@ use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use herald_core::dataplane::{
-    ATTEMPTS_STREAM, AttemptRecord, BucketKey, CONFIG_BUCKET, DELIVERIES_STREAM, EVENT_ID_HEADER,
-    EVENTS_STREAM, EndpointConfig, EndpointKey, Lane, PUBLISHED_HEADER, TenantPolicy,
-    parse_event_subject,
+    ATTEMPTS_STREAM, BucketKey, CONFIG_BUCKET, DELIVERIES_STREAM, EVENTS_STREAM, EndpointConfig,
+    EndpointKey, Lane, LaneMessage, TenantPolicy, attempt_log, parse_event_subject,
 };
 
 use crate::deliveries::{Logged, Queued};
@@ -145,12 +144,7 @@ impl Store {
             usize::MAX,
             |seq, message| {
                 out.extend(
-                    message
-                        .payload
-                        .split(|b| *b == b'\n')
-                        .filter(|l| !l.is_empty())
-                        .filter_map(|line| serde_json::from_slice::<AttemptRecord>(line).ok())
-                        .map(|record| Logged { seq, record }),
+                    attempt_log::decode(&message.payload).map(|record| Logged { seq, record }),
                 );
             },
         )
@@ -168,20 +162,16 @@ impl Store {
             DeliverPolicy::All,
             LANE_SCAN_MAX,
             |seq, message| {
-                let headers = message.headers.as_ref();
-                let Some(id) = headers.and_then(|h| h.get(EVENT_ID_HEADER)) else {
+                let Ok(lane) = LaneMessage::decode(message.headers.as_ref()) else {
                     return;
                 };
-                let published = headers
-                    .and_then(|h| h.get(PUBLISHED_HEADER))
-                    .and_then(|v| v.as_str().parse().ok());
                 let queued_ms = message.info().map(|i| published_ms(i.published)).ok();
                 out.push(Queued {
                     seq,
-                    event_id: Arc::from(id.as_str()),
+                    event_id: Arc::from(lane.event_id),
                     event_type: herald_core::envelope::body_type(&message.payload)
                         .map(str::to_owned),
-                    published_ms: queued_ms.or(published).unwrap_or_default(),
+                    published_ms: queued_ms.unwrap_or(lane.published_ms),
                 });
             },
         )

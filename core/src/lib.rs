@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod dataplane;
 pub mod duration;
 pub mod egress;

@@ -46,7 +46,7 @@ pub struct Config {
     /// (twice an endpoint's `maxInFlight`, at most 64 items a lane). Beyond its base cap
     /// only a delivering endpoint's lane buffers: a backlog within the budget is read
     /// from JetStream once instead of twice.
-    #[arg(long, env = "HERALD_LANE_BUFFER_BYTES", default_value_t = crate::shard::DEFAULT_LANE_BUFFER_BYTES)]
+    #[arg(long, env = "HERALD_LANE_BUFFER_BYTES", default_value_t = crate::budget::DEFAULT_LANE_BUFFER_BYTES)]
     pub lane_buffer_bytes: usize,
     /// How long in-flight attempts get to finish at shutdown or handover.
     #[arg(long, env = "HERALD_GRACE", default_value = "20s", value_parser = parse_std)]

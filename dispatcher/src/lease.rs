@@ -30,9 +30,10 @@ use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use herald_core::dataplane::layout;
+use herald_core::dataplane::{LeaseKey, layout};
 
-use crate::shard::{self, Shared};
+use crate::context::Shared;
+use crate::shard;
 use crate::supervise::{Backoff, Readiness};
 
 /// Renewal period of leases and heartbeats.
@@ -59,7 +60,7 @@ pub fn desired_owner(shard: u32, members: &BTreeSet<String>) -> Option<&str> {
 }
 
 fn lease_key(shard: u32) -> String {
-    format!("shard.{shard}")
+    LeaseKey::Shard(shard).to_string()
 }
 
 struct Held {
@@ -195,7 +196,7 @@ impl Leases {
             return;
         };
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(shard::run(self.shared.clone(), shard, stop_rx));
+        let task = tokio::spawn(crate::owner::run(self.shared.clone(), shard, stop_rx));
         self.held.insert(
             shard,
             Held {
@@ -263,7 +264,7 @@ pub async fn run(
             }
             continue;
         }
-        let heartbeat = kv.put(format!("member.{id}"), id.clone().into());
+        let heartbeat = kv.put(LeaseKey::Member(id.clone()).to_string(), id.clone().into());
         if let Ok(Err(error)) = tokio::time::timeout(CALL_TIMEOUT, heartbeat).await {
             tracing::warn!(%error, "membership heartbeat failed");
         }
@@ -274,7 +275,11 @@ pub async fn run(
         readiness.set(PART, !leases.failing());
         shared.metrics.owned_shards.set(leases.held.len() as i64);
     }
-    let _ = tokio::time::timeout(CALL_TIMEOUT, kv.delete(format!("member.{id}"))).await;
+    let _ = tokio::time::timeout(
+        CALL_TIMEOUT,
+        kv.delete(LeaseKey::Member(id.clone()).to_string()),
+    )
+    .await;
     shared.metrics.owned_shards.set(0);
     Ok(())
 }
@@ -315,8 +320,8 @@ async fn live_members(kv: &kv::Store) -> Option<BTreeSet<String>> {
         let mut keys = kv.keys().await.ok()?;
         let mut members = BTreeSet::new();
         while let Some(Ok(key)) = keys.next().await {
-            if let Some(member) = key.strip_prefix("member.") {
-                members.insert(member.to_owned());
+            if let Some(LeaseKey::Member(member)) = LeaseKey::parse(&key) {
+                members.insert(member);
             }
         }
         (!members.is_empty()).then_some(members)

@@ -5,13 +5,16 @@
 #![forbid(unsafe_code)]
 
 pub mod attempt;
+pub mod budget;
 pub mod config;
+pub mod context;
 pub mod endpoint;
 pub mod fanout;
 pub mod http;
 pub mod index;
 pub mod lease;
 pub mod metrics;
+pub mod owner;
 pub mod replay;
 pub mod retry;
 pub mod server;
@@ -116,15 +119,15 @@ pub async fn run_with_index(
     )?;
 
     let (stop_tx, stop) = watch::channel(false);
-    let shared = shard::Shared {
+    let shared = context::Shared {
         layout: Arc::new(layout),
         index,
         http,
         policy,
         metrics,
         ceiling: Arc::new(tokio::sync::Semaphore::new(limits.per_dispatcher)),
-        buffers: Arc::new(shard::LaneBudget::new(lane_buffer_bytes)),
-        settings: shard::ShardSettings {
+        buffers: Arc::new(budget::LaneBudget::new(lane_buffer_bytes)),
+        settings: context::ShardSettings {
             shards,
             limits,
             health_interval,
@@ -179,7 +182,7 @@ async fn connect(
 /// Starts the configuration watch and the lease loop (which runs the shards and their
 /// fan-out), each supervised.
 fn start(
-    shared: shard::Shared,
+    shared: context::Shared,
     replica_id: String,
     readiness: Arc<Readiness>,
     stop: watch::Receiver<bool>,

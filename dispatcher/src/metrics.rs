@@ -356,7 +356,7 @@ struct EndpointLabel {
 
 impl Collector for PendingBoard {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let now_ms = crate::shard::now_ms();
+        let now_ms = herald_core::clock::now_ms();
         let age =
             |oldest: Option<u64>| oldest.map_or(0.0, |o| now_ms.saturating_sub(o) as f64 / 1e3);
         let Totals { tenants, worst } = self.totals();

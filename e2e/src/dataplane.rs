@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use async_nats::jetstream::{self, kv};
 use herald_core::dataplane::{
     ATTEMPTS_STREAM, CONFIG_BUCKET, EndpointConfig, EndpointHealth, EndpointKey, HEALTH_BUCKET,
-    KeySet, event_subject, keyset_key, shard_for,
+    KeySet, attempt_log, event_subject, keyset_key, shard_for,
 };
 use herald_core::v1alpha1::{DeliveryPolicy, WebhookEndpoint, WebhookEndpointSpec};
 use serde_json::{Value, json};
@@ -138,10 +138,8 @@ impl DataPlane {
             .await
             .iter()
             .flat_map(|payload| {
-                payload
-                    .split(|b| *b == b'\n')
-                    .filter(|line| !line.is_empty())
-                    .map(|line| serde_json::from_slice(line).expect("attempt record"))
+                attempt_log::decode_as(payload)
+                    .map(|record| record.expect("attempt record"))
                     .collect::<Vec<Value>>()
             })
             .collect()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use herald_core::dataplane::{
-    DELIVERIES_STREAM, EndpointConfig, SHARDS_BUCKET, event_subject, partition_of,
+    DELIVERIES_STREAM, EndpointConfig, LeaseKey, SHARDS_BUCKET, event_subject, partition_of,
 };
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, TEST_SHARDS, endpoint};
 use herald_e2e::receiver::{Behavior, Receiver};
@@ -281,7 +281,7 @@ async fn held_leases(dp: &DataPlane) -> Option<BTreeSet<String>> {
     let mut held = BTreeSet::new();
     while let Some(key) = keys.next().await {
         let key = key.ok()?;
-        if key.starts_with("shard.") {
+        if let Some(LeaseKey::Shard(_)) = LeaseKey::parse(&key) {
             held.insert(key);
         }
     }
@@ -484,7 +484,7 @@ async fn lease_owners(dp: &DataPlane) -> Option<HashMap<String, BTreeSet<u32>>> 
     let shards = dp.js.get_key_value(SHARDS_BUCKET).await.ok()?;
     let mut owners: HashMap<String, BTreeSet<u32>> = HashMap::new();
     for shard in 0..TEST_SHARDS {
-        if let Some(holder) = shards.get(format!("shard.{shard}")).await.ok()? {
+        if let Some(holder) = shards.get(LeaseKey::Shard(shard).to_string()).await.ok()? {
             let holder = String::from_utf8_lossy(&holder).into_owned();
             owners.entry(holder).or_default().insert(shard);
         }

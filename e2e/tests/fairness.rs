@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures::StreamExt;
-use herald_core::dataplane::{DELIVERIES_STREAM, EndpointConfig, LANE_PREFIX, TenantPolicy};
+use herald_core::dataplane::{
+    DELIVERIES_STREAM, EndpointConfig, TenantPolicy, namespace_lanes_filter,
+};
 use herald_dispatcher::index::Index;
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint, spawn_dispatcher, until_applied};
 use herald_e2e::receiver::{Behavior, Receiver};
@@ -66,7 +68,7 @@ async fn remove(dp: &DataPlane, ns: &str, configs: &[EndpointConfig]) {
         dp.delete_endpoint(ns, &config.name).await;
     }
     let js = jetstream::new(env().nats().await);
-    let filter = |shard: u32| format!("{LANE_PREFIX}.{shard}.{ns}.>");
+    let filter = |shard: u32| namespace_lanes_filter(shard, ns);
     eventually("the tenant's lanes purged", WAIT, || async {
         let stream = js.get_stream(DELIVERIES_STREAM).await.ok()?;
         let shard = configs.first()?.shard;

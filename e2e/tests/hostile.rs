@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
 use herald_core::dataplane::{
-    DEADLETTER_PREFIX, DEADLETTER_STREAM, EVENTS_STREAM, REASON_HEADER, SUBJECT_HEADER,
-    TRUNCATED_HEADER, partition_of,
+    DEADLETTER_STREAM, EVENTS_STREAM, dead_letter as letter, partition_of,
 };
 use herald_core::envelope::{MAX_EVENT_HEADERS, MAX_REASON_BYTES};
 use herald_dispatcher::fanout::{CONSUMER, Source};
@@ -45,29 +44,25 @@ async fn dead_letters(dp: &DataPlane, ns: &str, extra: &[String]) -> Vec<DeadLet
             || subject.starts_with(&format!("herald.events.{ns}."))
             || extra.iter().any(|e| e == subject)
     };
-    let header = |h: &HeaderMap, name: &str| h.get(name).map(|v| v.as_str().to_owned());
     let mut out = Vec::new();
     let mut seq = 1;
     // Bounded: each turn moves past one stored message.
     while let Ok(message) = stream
-        .direct_get_next_for_subject(format!("{DEADLETTER_PREFIX}.>"), Some(seq))
+        .direct_get_next_for_subject(letter::DeadLetter::filter(), Some(seq))
         .await
     {
         seq = message.sequence + 1;
-        let subject = header(&message.headers, SUBJECT_HEADER).unwrap_or_default();
-        if !mine(&subject) {
+        let letter = letter::DeadLetter::decode(&message.subject, &message.headers)
+            .expect("every message of the dead-letter stream is a dead letter");
+        if !mine(letter.subject) {
             continue;
         }
         out.push(DeadLetter {
-            reason: message
-                .subject
-                .strip_prefix(&format!("{DEADLETTER_PREFIX}."))
-                .unwrap_or_default()
-                .to_owned(),
-            text: header(&message.headers, REASON_HEADER).unwrap_or_default(),
-            subject,
+            reason: letter.reason.to_owned(),
+            text: letter.text.to_owned(),
+            subject: letter.subject.to_owned(),
             payload: message.payload.len(),
-            truncated: header(&message.headers, TRUNCATED_HEADER),
+            truncated: letter.truncated.map(|size| size.to_string()),
         });
     }
     out

@@ -9,11 +9,15 @@
 
 use std::fmt;
 
+pub mod attempt_log;
+pub mod dead_letter;
 pub mod lane;
 pub mod layout;
 pub mod records;
 
-pub use lane::{LaneMessage, Origin};
+pub use attempt_log::Newest;
+pub use dead_letter::DeadLetter;
+pub use lane::{LaneError, LaneMessage, Origin};
 pub use records::{
     AttemptOutcome, AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointConfig,
     EndpointHealth, Hold, KeySet, LastAttempt, LastingState, ReplayProgress, ReplayRequest,
@@ -134,6 +138,11 @@ impl EndpointKey {
         format!("{LANE_PREFIX}.{shard}.{}.{}", self.0, lane.token())
     }
 
+    /// The filter of one of the endpoint's lanes on whichever shard it is.
+    pub fn lane_filter(&self, lane: Lane) -> String {
+        format!("{LANE_PREFIX}.*.{}.{}", self.0, lane.token())
+    }
+
     pub fn schedule_subject(&self, shard: u32, event_id: &str) -> String {
         format!("{SCHEDULE_PREFIX}.{shard}.{}.{event_id}", self.0)
     }
@@ -201,6 +210,11 @@ impl BucketKey {
         format!("{}>", Self::ENDPOINT)
     }
 
+    /// The filter that selects every [`BucketKey::Replay`].
+    pub fn replay_filter() -> String {
+        format!("{}>", Self::REPLAY)
+    }
+
     /// The filter that selects every [`BucketKey::Lasting`] of `shard`.
     pub fn lasting_filter(shard: u32) -> String {
         format!("{}{shard}.>", Self::LASTING)
@@ -261,6 +275,41 @@ impl fmt::Display for BucketKey {
     }
 }
 
+/// A key of [`SHARDS_BUCKET`]: `shard.<n>` holds the id of the dispatcher that leases
+/// shard `n`, `member.<id>` says a dispatcher is alive (both expire with the bucket's
+/// TTL unless renewed).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LeaseKey {
+    /// `shard.<n>`.
+    Shard(u32),
+    /// `member.<dispatcher id>`.
+    Member(String),
+}
+
+impl LeaseKey {
+    const SHARD: &str = "shard.";
+    const MEMBER: &str = "member.";
+
+    pub fn parse(key: &str) -> Option<Self> {
+        if let Some(shard) = key.strip_prefix(Self::SHARD) {
+            shard.parse().ok().map(Self::Shard)
+        } else {
+            key.strip_prefix(Self::MEMBER)
+                .filter(|id| !id.is_empty())
+                .map(|id| Self::Member(id.to_owned()))
+        }
+    }
+}
+
+impl fmt::Display for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Shard(shard) => write!(f, "{}{shard}", Self::SHARD),
+            Self::Member(id) => write!(f, "{}{id}", Self::MEMBER),
+        }
+    }
+}
+
 /// `key.<ns>.<name>` in [`CONFIG_BUCKET`]: a signing secret's keys.
 pub fn keyset_key(namespace: &str, secret: &str) -> String {
     BucketKey::key_set(namespace, secret).to_string()
@@ -282,6 +331,21 @@ impl Lane {
             Lane::Retry => "retry",
         }
     }
+}
+
+/// The filter of every lane of `shard`.
+pub fn shard_lanes_filter(shard: u32) -> String {
+    format!("{LANE_PREFIX}.{shard}.>")
+}
+
+/// The filter of every lane of `namespace`'s endpoints on `shard`.
+pub fn namespace_lanes_filter(shard: u32, namespace: &str) -> String {
+    format!("{LANE_PREFIX}.{shard}.{namespace}.>")
+}
+
+/// The filter of every retry schedule of `shard`.
+pub fn shard_schedules_filter(shard: u32) -> String {
+    format!("{SCHEDULE_PREFIX}.{shard}.>")
 }
 
 /// Parses a lane subject into `(shard, endpoint, lane)`.
@@ -419,6 +483,10 @@ mod tests {
             Some((3, key.clone(), Lane::Retry))
         );
         assert_eq!(parse_lane_subject("herald.q.3.shop.orders_v2.other"), None);
+        assert_eq!(key.lane_filter(Lane::New), "herald.q.*.shop.orders_v2.new");
+        assert_eq!(shard_lanes_filter(3), "herald.q.3.>");
+        assert_eq!(namespace_lanes_filter(3, "shop"), "herald.q.3.shop.>");
+        assert_eq!(shard_schedules_filter(3), "herald.sched.3.>");
         assert_eq!(EndpointKey::parse("shop.orders_v2"), Some(key));
         assert_eq!(EndpointKey::parse("shop"), None);
     }
@@ -507,6 +575,20 @@ mod tests {
     }
 
     #[test]
+    fn lease_keys_round_trip() {
+        for (key, text) in [
+            (LeaseKey::Shard(7), "shard.7"),
+            (LeaseKey::Member("disp-0.abc".into()), "member.disp-0.abc"),
+        ] {
+            assert_eq!(key.to_string(), text);
+            assert_eq!(LeaseKey::parse(text), Some(key));
+        }
+        for bad in ["shard.", "shard.x", "member.", "ep.shop.a", ""] {
+            assert_eq!(LeaseKey::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn bucket_keys_round_trip() {
         let ep = BucketKey::Endpoint(EndpointKey::new("shop", "orders.v2"));
         assert_eq!(ep.to_string(), "ep.shop.orders_v2");
@@ -528,6 +610,7 @@ mod tests {
         assert_eq!(BucketKey::parse("state.3.shop.orders"), Some(lasting));
         assert_eq!(BucketKey::lasting_filter(3), "state.3.>");
         assert_eq!(BucketKey::endpoint_filter(), "ep.>");
+        assert_eq!(BucketKey::replay_filter(), "replay.>");
         assert_eq!(
             BucketKey::parse("layout.shards"),
             Some(BucketKey::ShardCount)

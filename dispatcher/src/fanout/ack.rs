@@ -63,7 +63,7 @@ async fn settle(message: Option<Message>, ok: bool, metrics: &Metrics) {
         metrics.fanned_out.inc();
         if let Ok(info) = message.info() {
             let accepted_ms = (info.published.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
-            let waited_ms = crate::shard::now_ms().saturating_sub(accepted_ms);
+            let waited_ms = herald_core::clock::now_ms().saturating_sub(accepted_ms);
             metrics.fanout_latency.observe(waited_ms as f64 / 1e3);
         }
         if let Err(error) = message.ack().await {

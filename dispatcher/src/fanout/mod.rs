@@ -30,17 +30,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{self, PriorityPolicy, pull};
 use async_nats::jetstream::context::PublishAckFuture;
-use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, Message};
 use bytes::Bytes;
 use futures::StreamExt;
-use herald_core::dataplane::{
-    self, DEADLETTER_PREFIX, EVENT_ID_HEADER, Lane, LaneMessage, Origin, REASON_HEADER,
-    SUBJECT_HEADER, TRUNCATED_HEADER, lane,
-};
+use herald_core::dataplane::{self, DeadLetter, LaneMessage, Origin, lane};
 use tokio::sync::{mpsc, watch};
 
 mod ack;
@@ -338,7 +333,7 @@ impl FanOut {
                 origin: Origin::FanOut,
             };
             let publish = message.publish(event.body.clone());
-            let subject = endpoint.key.lane_subject(endpoint.config.shard, Lane::New);
+            let subject = message.subject(&endpoint.key, endpoint.config.shard);
             match self.js.send_publish(subject, publish).await {
                 Ok(ack) => acks.push(ack),
                 // The publishes that went through are deduplicated when it is retried.
@@ -367,33 +362,29 @@ impl FanOut {
             .dead_letters
             .get_or_create(&ReasonLabel { reason })
             .inc();
-        let mut headers = HeaderMap::new();
-        headers.insert(REASON_HEADER, bad.bounded_text().as_str());
-        headers.insert(EVENT_ID_HEADER, event_id);
-        headers.insert(
-            SUBJECT_HEADER,
-            dataplane::ingest_subject(stored.subject.as_str()).as_ref(),
-        );
         let mut payload = stored.payload.clone();
+        let size = payload.len();
         // Over the limit whatever the reason (a bad subject is found before the size).
-        let oversized = payload.len() > self.max_event_bytes
+        let oversized = size > self.max_event_bytes
             || matches!(
                 bad,
                 BadEvent::TooLarge { .. } | BadEvent::TooManyHeaders { .. }
             );
-        if oversized && payload.len() > DEAD_LETTER_SAMPLE {
-            headers.insert(TRUNCATED_HEADER, payload.len().to_string().as_str());
+        let truncated = (oversized && size > DEAD_LETTER_SAMPLE).then_some(size);
+        if truncated.is_some() {
             payload.truncate(DEAD_LETTER_SAMPLE);
         }
-        let publish = PublishMessage::build()
-            .payload(payload)
-            .headers(headers)
-            .message_id(format!("dl.{event_id}"));
-        match self
-            .js
-            .send_publish(format!("{DEADLETTER_PREFIX}.{reason}"), publish)
-            .await
-        {
+        let text = bad.bounded_text();
+        let subject = dataplane::ingest_subject(stored.subject.as_str());
+        let letter = DeadLetter {
+            reason,
+            text: &text,
+            event_id,
+            subject: &subject,
+            truncated,
+        };
+        let publish = letter.publish(payload);
+        match self.js.send_publish(letter.subject(), publish).await {
             Ok(ack) => Ok(vec![ack]),
             Err(_) => Err(Retry),
         }

@@ -51,7 +51,7 @@ impl Source {
 /// Runs the fan-out of the partition of `shard` (and, for shard 0, of the events stored
 /// without a partition), each supervised, until `stop`; dropping the set aborts them.
 pub fn spawn_for_shard(
-    shared: &crate::shard::Shared,
+    shared: &crate::context::Shared,
     shard: u32,
     stop: &watch::Receiver<bool>,
 ) -> tokio::task::JoinSet<()> {

@@ -10,70 +10,32 @@
 //! deleted with it, and the shards skip its items not attempted yet ([`Live`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::kv;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    AttemptRecord, BucketKey, DeliveryState, EndpointKey, ReplayProgress, ReplayRequest, shard_for,
+    BucketKey, DeliveryState, EndpointKey, Newest, ReplayProgress, ReplayRequest, shard_for,
 };
 use herald_core::pattern::Pattern;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::context::Shared;
 use crate::index::Endpoint;
-use crate::shard::Shared;
 
+pub mod live;
 mod scan;
 mod tally;
+
+pub use live::Live;
 
 /// How often a running replay's progress is written (and at the end).
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a worker waits for its endpoint's configuration before looking again.
 const CONFIG_WAIT: Duration = Duration::from_secs(1);
-
-/// The replay requests that exist (key → uid), as the runners watch them: an item of a
-/// replay that is not among them once the watch has loaded belongs to a deleted replay
-/// and is not attempted. Before the watch has loaded, nothing counts as withdrawn.
-#[derive(Debug, Default)]
-pub struct Live {
-    requests: RwLock<HashMap<String, String>>,
-    loaded: AtomicBool,
-}
-
-impl Live {
-    fn put(&self, key: &str, uid: &str) {
-        let mut requests = self
-            .requests
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        requests.insert(key.to_owned(), uid.to_owned());
-    }
-
-    fn delete(&self, key: &str) {
-        let mut requests = self
-            .requests
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        requests.remove(key);
-    }
-
-    fn mark_loaded(&self) {
-        self.loaded.store(true, Ordering::Release);
-    }
-
-    /// Whether the replay `uid` is known to be deleted.
-    pub fn withdrawn(&self, uid: &str) -> bool {
-        if !self.loaded.load(Ordering::Acquire) {
-            return false;
-        }
-        let requests = self.requests.read().unwrap_or_else(PoisonError::into_inner);
-        !requests.values().any(|live| live == uid)
-    }
-}
 
 /// Pure: whether an event of `event_type` published at `published_ms` is one the replay
 /// selects: in its range, taken by the endpoint, and of one of its types (if any).
@@ -89,18 +51,14 @@ pub fn selects(
         && (types.is_empty() || types.iter().any(|p| p.matches(event_type)))
 }
 
-/// Pure: the events whose newest attempt record (in log order) says the delivery failed
-/// — retrying or dead — for `onlyFailed`.
-pub fn failed_events(records: impl IntoIterator<Item = AttemptRecord>) -> HashSet<Arc<str>> {
-    let mut newest = HashMap::new();
-    for record in records {
-        newest.insert(record.event_id, record.state);
-    }
-    newest
-        .into_iter()
-        .filter(|(_, state)| matches!(state, DeliveryState::Retrying | DeliveryState::Dead))
-        .map(|(id, _)| id)
-        .collect()
+/// The states of a delivery `onlyFailed` replays: its newest record says retrying or
+/// dead.
+pub const FAILED: [DeliveryState; 2] = [DeliveryState::Retrying, DeliveryState::Dead];
+
+/// Pure: the events whose newest attempt record says the delivery failed, for
+/// `onlyFailed`.
+pub fn failed_events(newest: &Newest) -> HashSet<Arc<str>> {
+    newest.events_in(&FAILED).cloned().collect()
 }
 
 /// Follows the replay requests in `herald-config` and carries out those of endpoints on
@@ -112,7 +70,12 @@ pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
     let live = shared.replays.clone();
     let watch = async {
         loop {
-            let mut entries = match shared.layout.config.watch_with_history("replay.>").await {
+            let mut entries = match shared
+                .layout
+                .config
+                .watch_with_history(BucketKey::replay_filter())
+                .await
+            {
                 Ok(entries) => entries,
                 Err(error) => {
                     tracing::warn!(shard, %error, "watching replay requests");
@@ -298,13 +261,6 @@ fn by_start_time(ms: u64) -> DeliverPolicy {
     .unwrap_or(DeliverPolicy::All)
 }
 
-/// The attempt records in one attempt-log message (a batch, one JSON document a line).
-fn records(payload: &[u8]) -> impl Iterator<Item = AttemptRecord> + '_ {
-    payload
-        .split(|b| *b == b'\n')
-        .filter_map(|line| serde_json::from_slice::<AttemptRecord>(line).ok())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,25 +311,6 @@ mod tests {
     }
 
     #[test]
-    fn a_deleted_replay_counts_as_withdrawn_only_once_the_requests_are_loaded() {
-        let live = Live::default();
-        live.put("replay.shop.a", "uid-a");
-        assert!(
-            !live.withdrawn("uid-gone"),
-            "not loaded: nothing is withdrawn"
-        );
-        live.mark_loaded();
-        assert!(live.withdrawn("uid-gone"));
-        assert!(!live.withdrawn("uid-a"));
-        live.delete("replay.shop.a");
-        assert!(live.withdrawn("uid-a"));
-        // The same name again is a new replay: the old uid stays withdrawn.
-        live.put("replay.shop.a", "uid-a2");
-        assert!(live.withdrawn("uid-a"));
-        assert!(!live.withdrawn("uid-a2"));
-    }
-
-    #[test]
     fn a_replay_starts_at_from_by_time_or_resumes_after_its_cursor() {
         let r = request(&[]);
         let mut progress = ReplayProgress::default();
@@ -390,7 +327,7 @@ mod tests {
 
     #[test]
     fn failed_means_the_newest_record_says_retrying_or_dead() {
-        let record = |id: &str, state: DeliveryState| -> AttemptRecord {
+        let record = |id: &str, state: DeliveryState| -> herald_core::dataplane::AttemptRecord {
             serde_json::from_value(serde_json::json!({
                 "eventId": id, "attempt": 1, "timeMs": 1,
                 "outcome": herald_core::dataplane::AttemptOutcome::Success,
@@ -398,14 +335,15 @@ mod tests {
             }))
             .unwrap()
         };
-        let failed = failed_events([
+        let records = [
             record("a", DeliveryState::Retrying),
             record("a", DeliveryState::Succeeded),
             record("b", DeliveryState::Retrying),
             record("c", DeliveryState::Retrying),
             record("c", DeliveryState::Dead),
             record("d", DeliveryState::Succeeded),
-        ]);
+        ];
+        let failed = failed_events(&records.iter().collect());
         let mut ids: Vec<&str> = failed.iter().map(|id| &**id).collect();
         ids.sort_unstable();
         assert_eq!(ids, ["b", "c"]);

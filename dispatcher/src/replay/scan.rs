@@ -11,13 +11,13 @@ use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::context::PublishAckFuture;
 use futures::StreamExt;
 use herald_core::dataplane::{
-    ATTEMPTS_STREAM, EndpointKey, Lane, LaneMessage, Origin, ReplayProgress, event_id,
-    namespace_event_filters, parse_event_subject,
+    ATTEMPTS_STREAM, EndpointKey, LaneMessage, Newest, Origin, ReplayProgress, attempt_log,
+    event_id, namespace_event_filters, parse_event_subject,
 };
 use herald_core::envelope::{self, HeaderSize};
 
-use super::{PROGRESS_INTERVAL, Replay, by_start_time, failed_events, records, selects, start};
-use crate::shard::now_ms;
+use super::{PROGRESS_INTERVAL, Replay, by_start_time, failed_events, selects, start};
+use herald_core::clock::now_ms;
 
 /// Most lane publishes awaiting their acknowledgement.
 const PUBLISH_WINDOW: usize = 1024;
@@ -113,7 +113,7 @@ impl Replay<'_> {
         let config = &self.endpoint.config;
         let origin = Origin::Replay(&self.request.uid);
         let message = LaneMessage::for_endpoint(config, id, published_ms, &body, origin);
-        let subject = self.endpoint.key.lane_subject(config.shard, Lane::Retry);
+        let subject = message.subject(&self.endpoint.key, config.shard);
         let publish = message.publish(body);
         Ok(self.shared.layout.js.send_publish(subject, publish).await?)
     }
@@ -132,16 +132,16 @@ impl Replay<'_> {
             .await?;
         let mut remaining = consumer.info().await?.num_pending;
         let mut messages = consumer.messages().await?;
-        let mut logged = Vec::new();
+        let mut newest = Newest::default();
         while remaining > 0 {
             let Some(message) = messages.next().await else {
                 break;
             };
             let message = message?;
             remaining = message.info()?.pending;
-            logged.extend(records(&message.payload));
+            newest.extend(attempt_log::decode(&message.payload));
         }
-        Ok(failed_events(logged))
+        Ok(failed_events(&newest))
     }
 }
 

@@ -1,28 +1,15 @@
 //! Following a replay's deliveries: the endpoint's attempt log from when the replay began
-//! enqueueing, counting the replay's events by their newest record (`succeeded` →
-//! delivered, `dead` → failed) until every enqueued event has one of the two. Read from
+//! enqueueing, counting the replay's events by their newest record ([`Newest`]:
+//! `succeeded` → delivered, `dead` → failed) until every enqueued event has one of the
+//! two. Read from
 //! the log rather than counted where attempts finish, so the replay's progress keeps one
 //! writer and a new owner of the shard recounts exactly what happened.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use async_nats::jetstream::consumer::pull;
 use futures::StreamExt;
-use herald_core::dataplane::{ATTEMPTS_STREAM, DeliveryState, EndpointKey, ReplayProgress};
+use herald_core::dataplane::{ATTEMPTS_STREAM, EndpointKey, Newest, ReplayProgress, attempt_log};
 
-use super::{PROGRESS_INTERVAL, Replay, by_start_time, records};
-
-/// Pure: delivered and failed among the newest states of a replay's events.
-pub fn counts(newest: &HashMap<Arc<str>, DeliveryState>) -> (u64, u64) {
-    newest
-        .values()
-        .fold((0, 0), |(ok, dead), state| match state {
-            DeliveryState::Succeeded => (ok + 1, dead),
-            DeliveryState::Dead => (ok, dead + 1),
-            DeliveryState::Retrying => (ok, dead),
-        })
-}
+use super::{PROGRESS_INTERVAL, Replay, by_start_time};
 
 impl Replay<'_> {
     /// Counts until the replay is finished, writing its progress when the counts move.
@@ -42,7 +29,7 @@ impl Replay<'_> {
             .messages()
             .await?;
         let uid = self.request.uid.as_str();
-        let mut newest: HashMap<Arc<str>, DeliveryState> = HashMap::new();
+        let mut newest = Newest::default();
         loop {
             let deadline = tokio::time::sleep(PROGRESS_INTERVAL);
             tokio::pin!(deadline);
@@ -54,15 +41,16 @@ impl Replay<'_> {
                         let Some(message) = message else {
                             return Err("the attempt log consumer ended".into());
                         };
-                        for record in records(&message?.payload) {
-                            if record.replay.as_deref() == Some(uid) {
-                                newest.insert(record.event_id, record.state);
-                            }
-                        }
+                        let message = message?;
+                        let payload = &message.payload;
+                        let ours = attempt_log::decode(payload)
+                            .filter(|record| record.replay.as_deref() == Some(uid));
+                        newest.extend(ours);
                     }
                 }
             }
-            let (delivered, failed) = counts(&newest);
+            let counts = newest.counts();
+            let (delivered, failed) = (counts.succeeded, counts.dead);
             if (delivered, failed) != (progress.delivered, progress.failed) {
                 progress.delivered = delivered;
                 progress.failed = failed;
@@ -72,22 +60,5 @@ impl Replay<'_> {
                 return Ok(());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_newest_state_of_each_event_counts_once() {
-        let mut newest = HashMap::new();
-        newest.insert(Arc::from("a"), DeliveryState::Succeeded);
-        newest.insert(Arc::from("b"), DeliveryState::Dead);
-        newest.insert(Arc::from("c"), DeliveryState::Retrying);
-        newest.insert(Arc::from("d"), DeliveryState::Succeeded);
-        assert_eq!(counts(&newest), (2, 1));
-        newest.insert(Arc::from("c"), DeliveryState::Dead);
-        assert_eq!(counts(&newest), (2, 2));
     }
 }

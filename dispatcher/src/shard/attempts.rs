@@ -11,21 +11,18 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::HeaderMap;
-use async_nats::jetstream::message::PublishMessage;
 use futures::FutureExt;
-use herald_core::dataplane::{
-    ATTEMPT_HEADER, AttemptOutcome, EVENT_ID_HEADER, EndpointKey, FIRST_ATTEMPT_HEADER, Lane,
-    PUBLISHED_HEADER, SCHEDULE_HEADER, SCHEDULE_TARGET_HEADER,
-};
+use herald_core::dataplane::{AttemptOutcome, EndpointKey, LaneMessage, Origin};
 use herald_core::signing::SigningKey;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{Runtime, Shared, now_ms};
+use super::Runtime;
 use crate::attempt::{self, AttemptResult, Decision, Facts, Fate};
+use crate::context::Shared;
 use crate::endpoint::{Item, Readiness};
 use crate::metrics::{AttemptLabel, NamespaceLabel, ResultLabel};
 use crate::{http, index};
+use herald_core::clock::now_ms;
 
 /// A retry is never scheduled closer than this to the end of the retention window.
 const RETENTION_MARGIN: Duration = Duration::from_secs(300);
@@ -298,7 +295,8 @@ fn panicked((key, item): (EndpointKey, Item)) -> Completion {
     }
 }
 
-/// Publishes the retry as a JetStream schedule that fires onto the endpoint's retry lane.
+/// Publishes the retry of `item` as a JetStream schedule that lands on the endpoint's
+/// retry lane after `delay`.
 async fn schedule_retry(
     shared: &Shared,
     shard: u32,
@@ -308,40 +306,24 @@ async fn schedule_retry(
     first_attempt_ms: u64,
     delay: Duration,
 ) -> Result<(), async_nats::Error> {
-    // Schedules have whole-second resolution: round up so a retry never comes early.
-    let at = jiff::Timestamp::now().checked_add(jiff::SignedDuration::try_from(delay)?)?;
-    let at = if at.subsec_nanosecond() > 0 {
-        jiff::Timestamp::from_second(at.as_second() + 1)?
-    } else {
-        at
+    let due = jiff::Timestamp::now().checked_add(jiff::SignedDuration::try_from(delay)?)?;
+    let retry = LaneMessage {
+        event_id: &item.event_id,
+        published_ms: item.published_ms,
+        endpoint_uid: uid,
+        ordering_key: item.ordering_key,
+        origin: Origin::Retry {
+            attempt: item.attempt + 1,
+            first_attempt_ms,
+            replay: item.replay.as_deref(),
+        },
     };
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        SCHEDULE_HEADER,
-        format!("@at {}", at.strftime("%Y-%m-%dT%H:%M:%SZ")).as_str(),
-    );
-    headers.insert(
-        SCHEDULE_TARGET_HEADER,
-        key.lane_subject(shard, Lane::Retry).as_str(),
-    );
-    headers.insert(EVENT_ID_HEADER, &*item.event_id);
-    headers.insert(PUBLISHED_HEADER, item.published_ms.to_string().as_str());
-    headers.insert(ATTEMPT_HEADER, (item.attempt + 1).to_string().as_str());
-    headers.insert(FIRST_ATTEMPT_HEADER, first_attempt_ms.to_string().as_str());
-    headers.insert(herald_core::dataplane::ENDPOINT_UID_HEADER, uid);
-    if let Some(replay) = &item.replay {
-        headers.insert(herald_core::dataplane::REPLAY_HEADER, &**replay);
-    }
-    let subject = key.schedule_subject(shard, &item.event_id);
+    let target = retry.subject(key, shard);
+    let publish = retry.schedule(&target, due, item.body.clone());
     shared
         .layout
         .js
-        .send_publish(
-            subject,
-            PublishMessage::build()
-                .payload(item.body.clone())
-                .headers(headers),
-        )
+        .send_publish(key.schedule_subject(shard, &item.event_id), publish)
         .await?
         .await?;
     Ok(())

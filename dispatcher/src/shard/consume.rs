@@ -9,13 +9,12 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use herald_core::dataplane::{
-    ATTEMPT_HEADER, ENDPOINT_UID_HEADER, EVENT_ID_HEADER, EndpointKey, FIRST_ATTEMPT_HEADER, Lane,
-    ORDERING_KEY_HEADER, PUBLISHED_HEADER, REPLAY_HEADER, fnv1a, parse_lane_subject,
+    EndpointKey, Lane, LaneError, LaneMessage, fnv1a, parse_lane_subject,
 };
 use tokio::sync::broadcast;
 
 use super::Runtime;
-use super::budget::{ELASTIC_CAP, LaneBudget};
+use crate::budget::{ELASTIC_CAP, LaneBudget};
 use crate::endpoint::{EndpointState, Item, RefillRange};
 use crate::index::Change;
 
@@ -29,38 +28,27 @@ pub struct Refill {
     next: Result<Option<u64>, ()>,
 }
 
-fn header_u64(headers: Option<&HeaderMap>, name: &str) -> Option<u64> {
-    headers?.get(name)?.as_str().parse().ok()
-}
-
-/// The uid of the endpoint a lane message was written for: fan-out's
-/// `Nats-Msg-Id: <event id>.<endpoint uid>` (no header of its own, to keep lane messages
-/// small), or the header a retry's schedule carries.
-fn endpoint_uid(headers: &HeaderMap) -> Option<&str> {
-    if let Some(uid) = headers.get(ENDPOINT_UID_HEADER) {
-        return Some(uid.as_str());
-    }
-    let id = headers.get(async_nats::header::NATS_MESSAGE_ID)?.as_str();
-    id.split_once('.').map(|(_, uid)| uid)
-}
-
 /// Turns a lane message into an item.
-fn item_from(lane: Lane, seq: u64, headers: Option<&HeaderMap>, payload: Bytes) -> Option<Item> {
-    let event_id: Arc<str> = headers?.get(EVENT_ID_HEADER)?.as_str().into();
-    Some(Item {
+fn item_from(
+    lane: Lane,
+    seq: u64,
+    headers: Option<&HeaderMap>,
+    payload: Bytes,
+) -> Result<Item, LaneError> {
+    let message = LaneMessage::decode(headers)?;
+    let origin = message.origin;
+    Ok(Item {
         seq,
         lane,
-        event_id,
+        event_id: message.event_id.into(),
         body: payload,
-        published_ms: header_u64(headers, PUBLISHED_HEADER).unwrap_or_default(),
-        attempt: header_u64(headers, ATTEMPT_HEADER).unwrap_or(1) as u32,
-        first_attempt_ms: header_u64(headers, FIRST_ATTEMPT_HEADER),
+        published_ms: message.published_ms,
+        attempt: origin.attempt(),
+        first_attempt_ms: origin.first_attempt_ms(),
         not_before: None,
-        ordering_key: headers?
-            .get(ORDERING_KEY_HEADER)
-            .and_then(|v| u64::from_str_radix(v.as_str(), 16).ok()),
-        endpoint_uid: endpoint_uid(headers?).map(|uid| fnv1a(uid.bytes())),
-        replay: headers?.get(REPLAY_HEADER).map(|v| v.as_str().into()),
+        ordering_key: message.ordering_key,
+        endpoint_uid: Some(fnv1a(message.endpoint_uid.bytes())),
+        replay: origin.replay().map(Arc::from),
     })
 }
 
@@ -71,14 +59,17 @@ impl Runtime {
         let Some((_, key, lane)) = parse_lane_subject(message.subject.as_str()) else {
             return;
         };
-        let Some(item) = item_from(lane, seq, message.headers.as_ref(), message.payload.clone())
-        else {
-            tracing::warn!(
-                seq,
-                subject = message.subject.as_str(),
-                "lane message without an event id; skipped"
-            );
-            return;
+        let item = match item_from(lane, seq, message.headers.as_ref(), message.payload.clone()) {
+            Ok(item) => item,
+            Err(error) => {
+                tracing::warn!(
+                    seq,
+                    subject = message.subject.as_str(),
+                    %error,
+                    "lane message that is not Herald's; skipped"
+                );
+                return;
+            }
         };
         let buffers = self.shared.buffers.clone();
         let state = self.state(&key);
@@ -219,7 +210,7 @@ impl Runtime {
                 Ok((read, next)) => {
                     let items = read
                         .into_iter()
-                        .filter_map(|m| item_from(lane, m.seq, Some(&m.headers), m.payload))
+                        .filter_map(|m| item_from(lane, m.seq, Some(&m.headers), m.payload).ok())
                         .collect();
                     (items, Ok(next))
                 }
@@ -276,49 +267,52 @@ fn lane_cap(buffers: &LaneBudget, state: &EndpointState) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use herald_core::dataplane::Origin;
 
-    #[test]
-    fn the_endpoint_uid_comes_from_the_message_id_or_the_header() {
-        let mut fresh = HeaderMap::new();
-        fresh.insert(
-            async_nats::header::NATS_MESSAGE_ID,
-            "msg_01ARZ3NDEKTSV4RRFFQ69G5FAV.0c1d-uid",
-        );
-        assert_eq!(endpoint_uid(&fresh), Some("0c1d-uid"));
-        let mut retry = HeaderMap::new();
-        retry.insert(ENDPOINT_UID_HEADER, "0c1d-uid");
-        assert_eq!(endpoint_uid(&retry), Some("0c1d-uid"));
-        assert_eq!(endpoint_uid(&HeaderMap::new()), None);
+    fn item(lane: Lane, origin: Origin<'_>) -> Item {
+        let message = LaneMessage {
+            event_id: "msg_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            published_ms: 1_700_000_000_000,
+            endpoint_uid: "0c1d-uid",
+            ordering_key: None,
+            origin,
+        };
+        item_from(lane, 7, Some(&message.headers()), Bytes::new()).unwrap()
     }
 
-    fn lane_message(attempt: Option<&str>, replay: Option<&str>) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(EVENT_ID_HEADER, "msg_01ARZ3NDEKTSV4RRFFQ69G5FAV");
-        headers.insert(ENDPOINT_UID_HEADER, "0c1d-uid");
-        if let Some(attempt) = attempt {
-            headers.insert(ATTEMPT_HEADER, attempt);
-        }
-        if let Some(replay) = replay {
-            headers.insert(REPLAY_HEADER, replay);
-        }
-        headers
+    #[test]
+    fn an_item_knows_its_endpoint_from_the_message_id_or_the_header() {
+        let uid = Some(fnv1a("0c1d-uid".bytes()));
+        assert_eq!(item(Lane::New, Origin::FanOut).endpoint_uid, uid);
+        assert_eq!(item(Lane::Retry, Origin::Redeliver("q")).endpoint_uid, uid);
     }
 
     #[test]
     fn a_replay_item_carries_its_replay_and_is_not_a_fired_retry() {
-        let item = |lane, attempt, replay| {
-            item_from(lane, 7, Some(&lane_message(attempt, replay)), Bytes::new()).unwrap()
+        let retry = |attempt, replay| Origin::Retry {
+            attempt,
+            first_attempt_ms: 1_700_000_000_500,
+            replay,
         };
-        let enqueued = item(Lane::Retry, None, Some("r-uid"));
+        let enqueued = item(Lane::Retry, Origin::Replay("r-uid"));
         assert_eq!(enqueued.replay.as_deref(), Some("r-uid"));
         assert_eq!(enqueued.attempt, 1);
         assert!(!enqueued.fired_retry());
-        let its_retry = item(Lane::Retry, Some("2"), Some("r-uid"));
+        let its_retry = item(Lane::Retry, retry(2, Some("r-uid")));
         assert_eq!(its_retry.replay.as_deref(), Some("r-uid"));
+        assert_eq!(its_retry.first_attempt_ms, Some(1_700_000_000_500));
         assert!(its_retry.fired_retry());
-        let retry = item(Lane::Retry, Some("3"), None);
+        let retry = item(Lane::Retry, retry(3, None));
         assert_eq!(retry.replay, None);
         assert!(retry.fired_retry());
-        assert!(!item(Lane::New, None, None).fired_retry());
+        assert!(!item(Lane::New, Origin::FanOut).fired_retry());
+    }
+
+    #[test]
+    fn a_message_without_an_event_id_is_no_item() {
+        assert_eq!(
+            item_from(Lane::New, 1, Some(&HeaderMap::new()), Bytes::new()).err(),
+            Some(LaneError::NoEventId)
+        );
     }
 }

@@ -13,12 +13,13 @@ use tokio::sync::mpsc;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt;
 use herald_core::dataplane::{
-    BucketKey, EndpointKey, HEALTH_BUCKET, KV_OPERATION_HEADER, LastingState, SCHEDULE_PREFIX,
-    event_published_ms, parse_schedule_subject,
+    BucketKey, EndpointKey, HEALTH_BUCKET, KV_OPERATION_HEADER, LastingState, event_published_ms,
+    parse_schedule_subject, shard_schedules_filter,
 };
 
-use super::{Runtime, now_ms};
+use super::Runtime;
 use crate::supervise::with_retries;
+use herald_core::clock::now_ms;
 
 /// How long loading a shard's saved state may take before the shard starts without
 /// what is left (it is re-saved by whoever still has it).
@@ -88,7 +89,7 @@ pub async fn load_scheduled(
     shard: u32,
 ) -> Result<HashMap<EndpointKey, (u64, Option<u64>)>, async_nats::Error> {
     use futures::TryStreamExt;
-    let filter = format!("{SCHEDULE_PREFIX}.{shard}.>");
+    let filter = shard_schedules_filter(shard);
     let mut subjects = deliveries.info_with_subjects(filter).await?;
     let mut scheduled: HashMap<EndpointKey, (u64, Option<u64>)> = HashMap::new();
     while let Some((subject, count)) = subjects.try_next().await? {

@@ -1,4 +1,5 @@
-//! The runtime of one owned shard: one ordered consumer on `herald.q.<shard>.>` feeds
+//! The delivery of one owned shard (its owner, `crate::owner`, runs fan-out and replay
+//! beside it): one ordered consumer on `herald.q.<shard>.>` feeds
 //! per-endpoint lanes; a single task owns every endpoint's state (no locks) and runs a
 //! fair round-robin over endpoints that have work and capacity; each attempt is its own
 //! task bounded by its endpoint's timeout, so no endpoint can hold another's worker.
@@ -10,7 +11,6 @@
 //! is the fair scheduler.
 
 mod attempts;
-mod budget;
 mod consume;
 mod lasting;
 mod log;
@@ -20,71 +20,20 @@ mod ring;
 mod upkeep;
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt;
-use herald_core::dataplane::{EndpointKey, LANE_PREFIX, LastingState, TenantPolicy};
-use herald_core::ssrf::AddressPolicy;
+use herald_core::dataplane::{EndpointKey, LastingState, TenantPolicy, shard_lanes_filter};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::context::Shared;
 use crate::endpoint::EndpointState;
-use crate::index::{Claim, Index};
-use crate::metrics::{Metrics, ShardLabel};
-use crate::setup::Layout;
+use crate::metrics::ShardLabel;
 use attempts::Completion;
 use consume::Refill;
-
-pub use budget::{DEFAULT_LANE_BUFFER_BYTES, ELASTIC_CAP, LaneBudget};
-
-/// How long a stopped shard waits for its fan-out to acknowledge what it published.
-const FANOUT_STOP: Duration = Duration::from_secs(5);
-
-/// Settings shared by all shards of a dispatcher.
-#[derive(Clone, Debug)]
-pub struct ShardSettings {
-    /// The installation's shard (and ingest partition) count.
-    pub shards: u32,
-    /// How attempts share the shard and the dispatcher.
-    pub limits: crate::config::Limits,
-    /// Minimum time between two health reports of one endpoint.
-    pub health_interval: Duration,
-    /// How long a drained endpoint stays quiet before its state is released.
-    pub release_idle_after: Duration,
-    /// How long in-flight attempts may finish at shutdown or handover.
-    pub grace: Duration,
-    /// The streams' retention: no retry may wait longer.
-    pub retention: Duration,
-    /// The largest event accepted (a replayed event is checked again like a fresh one).
-    pub max_event_bytes: usize,
-}
-
-/// Everything a shard needs, cheap to clone (every attempt task holds a clone).
-#[derive(Clone)]
-pub struct Shared {
-    /// Behind an `Arc`: the streams and buckets carry their whole info (configurations,
-    /// subjects), dozens of allocations to clone.
-    pub layout: Arc<Layout>,
-    pub index: Index,
-    pub http: crate::http::Client,
-    pub policy: Arc<AddressPolicy>,
-    pub metrics: Arc<Metrics>,
-    pub settings: ShardSettings,
-    /// The dispatcher's ceiling on attempts in flight, shared by its shards: an attempt
-    /// holds a permit until its task ends (however it ends).
-    pub ceiling: Arc<tokio::sync::Semaphore>,
-    /// What the dispatcher's lanes buffer beyond their base caps (see [`budget`]).
-    pub buffers: Arc<LaneBudget>,
-    /// The replay requests that exist, so a deleted replay's items are not attempted.
-    pub replays: Arc<crate::replay::Live>,
-    /// What `/readyz` reports; fan-out workers report their part.
-    pub readiness: Arc<crate::supervise::Readiness>,
-    /// How to reach NATS: each fan-out worker has a connection of its own.
-    pub nats: Arc<herald_core::flags::NatsArgs>,
-    pub replica_id: Arc<str>,
-}
+use herald_core::clock::now_ms;
 
 /// Why a shard stopped other than by request.
 #[derive(Debug, thiserror::Error)]
@@ -97,64 +46,48 @@ pub enum ShardError {
     ConsumerEnded,
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
+/// One owned shard's delivery: its lanes, its endpoints' states and their attempts.
+pub struct Delivery {
+    runtime: Runtime,
 }
 
-/// Runs shard `shard` until `stop` becomes true; then lets in-flight attempts finish
-/// (up to the grace period), purges what is done, and returns. An error means the shard
-/// could not run (its lease holder must give it up or restart it); in-flight attempts
-/// are aborted then, and their work stays in the lanes.
-pub async fn run(
-    shared: Shared,
-    shard: u32,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), ShardError> {
-    // The shard's endpoints and its partition's, in the index before anything is
-    // delivered or matched (held until the shard has stopped).
-    let Some(_cover) = shared.index.cover(Claim::Shard(shard), &mut stop).await else {
-        return Ok(());
-    };
-    // What a previous owner saved, before anything is delivered.
-    let saved = lasting::load(&shared.layout.js, shard)
-        .await
-        .map_err(ShardError::Load)?;
-    if !saved.is_empty() {
-        tracing::info!(
-            shard,
-            endpoints = saved.len(),
-            "restored saved endpoint state"
-        );
+impl Delivery {
+    /// Loads what a previous owner of `shard` saved (endpoint state, retries waiting as
+    /// schedules) before anything is delivered.
+    pub async fn load(shared: Shared, shard: u32) -> Result<Self, ShardError> {
+        let saved = lasting::load(&shared.layout.js, shard)
+            .await
+            .map_err(ShardError::Load)?;
+        if !saved.is_empty() {
+            tracing::info!(
+                shard,
+                endpoints = saved.len(),
+                "restored saved endpoint state"
+            );
+        }
+        let scheduled = lasting::load_scheduled(&shared.layout.deliveries, shard)
+            .await
+            .map_err(ShardError::Load)?;
+        let mut runtime = Runtime::new(shared, shard, saved);
+        runtime.load_tenants();
+        // Endpoints whose work waits only as schedules report their backlog too.
+        for (key, (count, oldest)) in scheduled {
+            runtime.state(&key).restore_scheduled(count, oldest);
+        }
+        Ok(Self { runtime })
     }
-    let scheduled = lasting::load_scheduled(&shared.layout.deliveries, shard)
-        .await
-        .map_err(ShardError::Load)?;
-    // The replays of this shard's endpoints and the fan-out of its ingest partition run
-    // beside it and stop with it (aborted when it is).
-    let replays = tokio::spawn(crate::replay::run(shared.clone(), shard, stop.clone()));
-    let mut fanout = crate::fanout::spawn_for_shard(&shared, shard, &stop);
-    let mut runtime = Runtime::new(shared, shard, saved);
-    runtime.load_tenants();
-    // Endpoints whose work waits only as schedules report their backlog too.
-    for (key, (count, oldest)) in scheduled {
-        runtime.state(&key).restore_scheduled(count, oldest);
+
+    /// Delivers until `stop` becomes true; then lets in-flight attempts finish (up to the
+    /// grace period), purges what is done, and returns. An error means the shard could
+    /// not run (its owner must give it up or restart it); in-flight attempts are aborted
+    /// then, and their work stays in the lanes.
+    pub async fn run(&mut self, stop: &mut watch::Receiver<bool>) -> Result<(), ShardError> {
+        let result = self.runtime.run(stop).await;
+        if result.is_err() {
+            self.runtime.attempts.abort_all();
+        }
+        result
     }
-    let result = runtime.run(&mut stop).await;
-    replays.abort();
-    if result.is_ok() {
-        // Stopped: fan-out acknowledges what it published, then ends.
-        let _ = tokio::time::timeout(FANOUT_STOP, async {
-            while fanout.join_next().await.is_some() {}
-        })
-        .await;
-    }
-    if result.is_err() {
-        runtime.attempts.abort_all();
-    }
-    result
 }
 
 struct Runtime {
@@ -215,7 +148,7 @@ impl Runtime {
             .layout
             .deliveries
             .create_consumer(pull::OrderedConfig {
-                filter_subject: format!("{LANE_PREFIX}.{}.>", self.shard),
+                filter_subject: shard_lanes_filter(self.shard),
                 deliver_policy: DeliverPolicy::All,
                 // Short pull requests, so heartbeats are 2 s apart and a consumer lost with
                 // a restarted NATS server is noticed and recreated within seconds (the

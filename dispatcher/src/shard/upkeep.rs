@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 use herald_core::dataplane::{EndpointKey, Lane};
 use herald_core::v1alpha1::CircuitState;
 
-use super::{Runtime, Shared, now_ms};
+use super::Runtime;
+use crate::context::Shared;
 use crate::endpoint::lanes::EARLY_PURGE_GAP;
 use crate::metrics::ShardPending;
+use herald_core::clock::now_ms;
 
 /// Deletes a lane's messages below `below` (done work) in the background.
 fn purge(shared: &Shared, shard: u32, key: &EndpointKey, lane: Lane, below: u64) {

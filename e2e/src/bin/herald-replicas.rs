@@ -219,7 +219,11 @@ async fn owners(dp: &DataPlane, shards: u32) -> Vec<String> {
     };
     let mut out = Vec::new();
     for p in 0..shards {
-        let holder = kv.get(format!("shard.{p}")).await.ok().flatten();
+        let holder = kv
+            .get(herald_core::dataplane::LeaseKey::Shard(p).to_string())
+            .await
+            .ok()
+            .flatten();
         out.push(holder.map_or_else(String::new, |v| String::from_utf8_lossy(&v).into_owned()));
     }
     out

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use herald_core::dataplane::{
-    DELIVERIES_STREAM, EVENT_ID_HEADER, EVENTS_STREAM, EndpointKey, LANE_PREFIX, Lane, event_id,
+    DELIVERIES_STREAM, EVENTS_STREAM, EndpointKey, Lane, LaneMessage, attempt_log, event_id,
 };
 
 use super::Published;
@@ -222,9 +222,9 @@ pub async fn explain_lost(
                 break;
             };
             seq = message.sequence + 1;
-            if let Some(id) = message.headers.get(EVENT_ID_HEADER) {
+            if let Ok(queued) = LaneMessage::decode(Some(&message.headers)) {
                 in_lanes
-                    .entry(id.as_str().to_owned())
+                    .entry(queued.event_id.to_owned())
                     .or_default()
                     .push(format!("{}@{}", lane.token(), message.sequence));
             }
@@ -239,10 +239,8 @@ pub async fn explain_lost(
     let records: Vec<serde_json::Value> = records
         .iter()
         .flat_map(|payload| {
-            payload
-                .split(|b| *b == b'\n')
-                .filter(|l| !l.is_empty())
-                .filter_map(|l| serde_json::from_slice(l).ok())
+            attempt_log::decode_as(payload)
+                .filter_map(Result::ok)
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -339,7 +337,7 @@ impl LaneTap {
         for name in names {
             let key = EndpointKey::new(namespace, name);
             // herald.q.<shard>.<ns>.<name>.new, any shard.
-            let subject = format!("{LANE_PREFIX}.*.{key}.{}", Lane::New.token());
+            let subject = key.lane_filter(Lane::New);
             let mut sub = nats.subscribe(subject).await.expect("lane tap");
             let firsts = tap.firsts.clone();
             let name = (*name).to_owned();

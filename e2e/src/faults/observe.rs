@@ -39,7 +39,9 @@ pub async fn shard_leases(js: &jetstream::Context) -> BTreeMap<u32, (String, u64
         return owners;
     };
     for shard in 0..crate::dataplane::TEST_SHARDS {
-        if let Ok(Some(entry)) = kv.entry(format!("shard.{shard}")).await
+        if let Ok(Some(entry)) = kv
+            .entry(herald_core::dataplane::LeaseKey::Shard(shard).to_string())
+            .await
             && entry.operation == jetstream::kv::Operation::Put
         {
             owners.insert(
