@@ -351,7 +351,7 @@ pub async fn run(env: &'static TestEnv, options: &Options) -> Results {
     progress(
         start,
         &format!(
-            "calibration: {:.0} JetStream publishes/s, {:.1} µs of CPU each (client {:.1}, server {:.1}); {:.2}× the brief's reference",
+            "calibration: {:.0} JetStream publishes/s, {:.1} µs of CPU each (client {:.1}, server {:.1}); {:.2}× the cost budget's reference",
             calibration.rate,
             calibration.total_us(),
             calibration.client_us,

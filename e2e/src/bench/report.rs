@@ -59,7 +59,7 @@ pub fn markdown(r: &Results, options: &Options, plots: &str) -> String {
     )
     .unwrap();
     if let Some(c) = &r.calibration {
-        writeln!(w, "| a JetStream publish with its ack, on this machine | {:.0}/s; {:.1} µs of CPU each (client {:.1}, server {:.1}): **{:.2}×** the ~{:.0} µs the brief's cost budget and throughput target assume (`bench/calibrate.rs`) |", c.rate, c.total_us(), c.client_us, c.server_us, c.factor(), super::calibrate::REFERENCE_US).unwrap();
+        writeln!(w, "| a JetStream publish with its ack, on this machine | {:.0}/s; {:.1} µs of CPU each (client {:.1}, server {:.1}): **{:.2}×** the ~{:.0} µs Herald's cost budget and throughput targets assume (`bench/calibrate.rs`) |", c.rate, c.total_us(), c.client_us, c.server_us, c.factor(), super::calibrate::REFERENCE_US).unwrap();
     }
     writeln!(w, "| duration | {:.1} min |", m.seconds / 60.0).unwrap();
     writeln!(w, "| repetitions | {} runs of each scenario, except recovery ({}), memory ({}) and replicas ({} of each count): a figure is the median, `(min–max)` its range over the runs |\n", options.runs, options.recovery_runs, options.memory_runs, options.replicas_runs).unwrap();
@@ -73,7 +73,7 @@ pub fn markdown(r: &Results, options: &Options, plots: &str) -> String {
     memory(w, r);
     replicas(w, r);
     writeln!(w, "## How to read these numbers\n").unwrap();
-    writeln!(w, "- Latency is measured on two clocks: from the moment the publish was sent (it includes the publish round trip and bounds the brief's figure from above) and from the moment the publisher saw the acknowledgement (the brief's \"publish acknowledged → request received\"; at overload acks are read only when the publish window makes room, so from-the-ack figures are meaningful only for paced runs). Throughput runs are overloads (everything published at once), which is why their own latencies are seconds.").unwrap();
+    writeln!(w, "- Latency is measured on two clocks: from the moment the publish was sent (it includes the publish round trip and bounds the target's figure from above) and from the moment the publisher saw the acknowledgement (the target's \"publish acknowledged → request received\"; at overload acks are read only when the publish window makes room, so from-the-ack figures are meaningful only for paced runs). Throughput runs are overloads (everything published at once), which is why their own latencies are seconds.").unwrap();
     writeln!(w, "- Everything runs on the same cores, so a faster receiver or publisher leaves more CPU to the dispatcher and NATS; wall-clock rates are this machine's, CPU per event (docs/bench/profile.md, docs/capacity.md) carries over to others.").unwrap();
     writeln!(w, "- On a shared machine p99 differences of a few tenths of a millisecond are noise of the size of the effects measured: read isolation rows with their absolute values and ranges.").unwrap();
     writeln!(w, "- Earlier measurements, and the before/after comparisons of past changes, are in [bench/history.md](bench/history.md).").unwrap();
@@ -90,7 +90,7 @@ fn targets(w: &mut String, r: &Results, o: &Options) {
         let t = over(&r.throughput, |r| r.rate);
         let scaled = r.calibration.map_or(String::new(), |c| {
             format!(
-                "; this machine's JetStream costs {:.2}× the brief's reference, so about {:.0}/s where a publish costs {:.0} µs",
+                "; this machine's JetStream costs {:.2}× the cost budget's reference, so about {:.0}/s where a publish costs {:.0} µs",
                 c.factor(),
                 t.median * c.factor(),
                 super::calibrate::REFERENCE_US
@@ -113,13 +113,13 @@ fn targets(w: &mut String, r: &Results, o: &Options) {
     let sent: Pick = |r| r.latency.p99;
     for (label, limit, find, pick) in [
         (
-            "p99 < 1 ms at 300 events/s (publish acknowledged → received, the brief)",
+            "p99 < 1 ms at 300 events/s (publish acknowledged → received)",
             1.0,
             "300 events/s",
             acked,
         ),
         (
-            "p99 ≤ 5 ms at 300 events/s (publish sent → received, issue 14)",
+            "p99 ≤ 5 ms at 300 events/s (publish sent → received)",
             5.0,
             "300 events/s",
             sent,
@@ -247,7 +247,7 @@ fn latency(w: &mut String, r: &Results, plots: &str) {
         "## Latency by load\n\n![Latency percentiles by load]({plots}/latency.svg)\n"
     )
     .unwrap();
-    writeln!(w, "10 endpoints, each event to one, published at a steady rate; the rates given as a fraction are of the same run's throughput. Two clocks: from the publish being sent (it includes the publish round trip, about 0.2–0.3 ms at p50 here) and from its acknowledgement being seen by the publisher — the brief's \"publish acknowledged → request received\". The plot shows the first.\n").unwrap();
+    writeln!(w, "10 endpoints, each event to one, published at a steady rate; the rates given as a fraction are of the same run's throughput. Two clocks: from the publish being sent (it includes the publish round trip, about 0.2–0.3 ms at p50 here) and from its acknowledgement being seen by the publisher — the targets' \"publish acknowledged → request received\". The plot shows the first.\n").unwrap();
     writeln!(
         w,
         "| load | events/s | events | p50 | p90 | p99 | max | p50 from the ack | p99 from the ack | all delivered |\n|---|---|---|---|---|---|---|---|---|---|"
@@ -319,7 +319,7 @@ fn isolation(w: &mut String, r: &Results, o: &Options, plots: &str) {
         "## Isolation\n\n![Healthy p99 beside bad neighbours]({plots}/isolation.svg)\n"
     )
     .unwrap();
-    writeln!(w, "Latency of the healthy endpoints only, with and without bad neighbours, in the same benchmark run; the cases take turns in every round (their order rotates by one a round). The first three latency columns are from the publish being sent, the next two from its acknowledgement (the brief's clock, which judges the target), each the median of the runs' figures with their range; the last is the p99 of every run's deliveries together, from the acknowledgement — where it is far above the median's, one run had a stall of the whole machine. Bad endpoints retry once after 1 s, then their deliveries are dead.\n").unwrap();
+    writeln!(w, "Latency of the healthy endpoints only, with and without bad neighbours, in the same benchmark run; the cases take turns in every round (their order rotates by one a round). The first three latency columns are from the publish being sent, the next two from its acknowledgement (the clock that judges the target), each the median of the runs' figures with their range; the last is the p99 of every run's deliveries together, from the acknowledgement — where it is far above the median's, one run had a stall of the whole machine. Bad endpoints retry once after 1 s, then their deliveries are dead.\n").unwrap();
     if !r.isolation.is_empty() {
         writeln!(
             w,
