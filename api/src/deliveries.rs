@@ -22,36 +22,24 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use herald_core::api::{Delivery, State, time};
 use herald_core::dataplane::{AttemptRecord, DeliveryState, event_published_ms};
 use herald_core::pattern::Pattern;
-use serde::Serialize;
 
 use crate::error::ApiError;
 
-/// Where a delivery stands (see the module documentation).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum State {
-    Pending,
-    InFlight,
-    Succeeded,
-    Retrying,
-    Dead,
-}
-
-impl State {
-    fn parse(text: &str) -> Option<&'static [State]> {
-        Some(match text {
-            "pending" => &[State::Pending],
-            "inFlight" => &[State::InFlight],
-            "succeeded" => &[State::Succeeded],
-            "retrying" => &[State::Retrying],
-            "dead" => &[State::Dead],
-            // Everything that did not (yet) succeed after an attempt.
-            "failed" => &[State::Retrying, State::Dead],
-            _ => return None,
-        })
-    }
+/// The states a `status` filter's word selects.
+fn parse_state(text: &str) -> Option<&'static [State]> {
+    Some(match text {
+        "pending" => &[State::Pending],
+        "inFlight" => &[State::InFlight],
+        "succeeded" => &[State::Succeeded],
+        "retrying" => &[State::Retrying],
+        "dead" => &[State::Dead],
+        // Everything that did not (yet) succeed after an attempt.
+        "failed" => &[State::Retrying, State::Dead],
+        _ => return None,
+    })
 }
 
 /// One attempt-log record and its sequence in the attempt log.
@@ -68,23 +56,6 @@ pub struct Queued {
     pub published_ms: u64,
 }
 
-/// One delivery (one event to this endpoint), as listed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Delivery {
-    pub event_id: Arc<str>,
-    #[serde(rename = "type")]
-    pub event_type: Option<String>,
-    pub state: State,
-    pub attempts: u32,
-    pub last_status: Option<u16>,
-    pub last_latency_ms: Option<u64>,
-    pub last_attempt_time: Option<String>,
-    pub next_attempt_time: Option<String>,
-    #[serde(skip)]
-    last_attempt_ms: Option<u64>,
-}
-
 /// What a list asks for.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
@@ -99,7 +70,7 @@ impl Filter {
     pub fn states(text: &str) -> Result<Vec<State>, ApiError> {
         let mut states = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let parsed = State::parse(part).ok_or_else(|| {
+            let parsed = parse_state(part).ok_or_else(|| {
                 ApiError::bad_request(
                     "InvalidStatus",
                     format!(
@@ -114,7 +85,9 @@ impl Filter {
 
     fn takes(&self, d: &Delivery) -> bool {
         let published = event_published_ms(&d.event_id).unwrap_or_default();
-        self.states.as_ref().is_none_or(|s| s.contains(&d.state))
+        self.states
+            .as_ref()
+            .is_none_or(|s| d.state.known().is_some_and(|state| s.contains(state)))
             && self
                 .event_type
                 .as_ref()
@@ -172,14 +145,6 @@ impl Cursor {
 pub struct Page {
     pub items: Vec<Delivery>,
     pub next: Option<Cursor>,
-}
-
-/// RFC 3339 with milliseconds.
-pub fn rfc3339(ms: u64) -> String {
-    jiff::Timestamp::from_millisecond(ms as i64)
-        .unwrap_or_default()
-        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string()
 }
 
 /// Folds records (in log order) and queued messages into deliveries, newest event first.
@@ -248,16 +213,15 @@ pub fn summarize(
             Delivery {
                 event_id,
                 event_type: acc.event_type,
-                state,
+                state: state.into(),
                 attempts: acc.attempts,
                 last_status: newest.and_then(|r| r.http_status),
                 last_latency_ms: newest.map(|r| r.latency_ms),
-                last_attempt_time: newest.map(|r| rfc3339(r.time_ms)),
+                last_attempt_time: newest.map(|r| time::from_ms(r.time_ms)),
                 next_attempt_time: newest
                     .filter(|r| r.state == DeliveryState::Retrying)
                     .and_then(|r| r.next_attempt_ms)
-                    .map(rfc3339),
-                last_attempt_ms: newest.map(|r| r.time_ms),
+                    .map(time::from_ms),
             }
         })
         .collect();
@@ -280,13 +244,6 @@ pub fn page(deliveries: Vec<Delivery>, filter: &Filter, at: &Cursor, limit: usiz
         ..at.clone()
     });
     Page { items, next }
-}
-
-impl Delivery {
-    /// When the newest attempt was made (Unix ms).
-    pub fn last_attempt_ms(&self) -> Option<u64> {
-        self.last_attempt_ms
-    }
 }
 
 #[cfg(test)]

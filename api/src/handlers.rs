@@ -10,13 +10,14 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use herald_core::api::{self as wire, time};
+use herald_core::clock::now_ms;
 use herald_core::dataplane::event_published_ms;
 use herald_core::pattern::Pattern;
-use serde_json::json;
 
 use crate::App;
 use crate::auth::{CREATE_EVENTS, GET_DELIVERY, LIST_DELIVERIES, REDELIVER};
-use crate::deliveries::{self, Cursor, Filter, rfc3339};
+use crate::deliveries::{self, Cursor, Filter};
 use crate::enqueue;
 use crate::error::ApiError;
 use crate::ingest;
@@ -25,10 +26,6 @@ use crate::ingest;
 pub const DEFAULT_LIMIT: usize = 50;
 
 type Answer = Result<Response, ApiError>;
-
-fn now_ms() -> u64 {
-    jiff::Timestamp::now().as_millisecond().max(0) as u64
-}
 
 /// `since`/`until`: RFC 3339, or a duration (`2h`, `30m`) meaning that long ago.
 pub fn parse_time(name: &str, text: &str, now_ms: u64) -> Result<u64, ApiError> {
@@ -137,10 +134,10 @@ pub async fn list_deliveries(
     for d in page.items.iter_mut().filter(|d| d.event_type.is_none()) {
         d.event_type = stored_type(store, &ns, &d.event_id).await?;
     }
-    Ok(Json(json!({
-        "items": page.items,
-        "nextCursor": page.next.map(|c| c.encode()),
-    }))
+    Ok(Json(wire::Page {
+        items: page.items,
+        next_cursor: page.next.map(|c| c.encode()),
+    })
     .into_response())
 }
 
@@ -165,21 +162,21 @@ pub async fn get_delivery(
         .into_iter()
         .filter(|q| *q.event_id == *event_id)
         .collect();
-    let attempts: Vec<serde_json::Value> = records
+    let attempts: Vec<wire::Attempt> = records
         .iter()
         .filter(|l| l.seq <= attempts_seq)
         .map(|l| {
             let r = &l.record;
-            json!({
-                "attempt": r.attempt,
-                "time": rfc3339(r.time_ms),
-                "outcome": r.outcome.as_str(),
-                "status": r.http_status,
-                "latencyMs": r.latency_ms,
-                "response": r.response,
-                "state": r.state.as_str(),
-                "nextAttemptTime": r.next_attempt_ms.map(rfc3339),
-            })
+            wire::Attempt {
+                attempt: r.attempt,
+                time: time::from_ms(r.time_ms),
+                outcome: r.outcome.into(),
+                status: r.http_status,
+                latency_ms: r.latency_ms,
+                response: r.response.clone(),
+                state: Some(r.state.into()),
+                next_attempt_time: r.next_attempt_ms.map(time::from_ms),
+            }
         })
         .collect();
     let at = Cursor {
@@ -199,13 +196,13 @@ pub async fn get_delivery(
         Some(ty) => Some(ty),
         None => stored_type(store, &ns, &event_id).await?,
     };
-    Ok(Json(json!({
-        "eventId": delivery.event_id,
-        "type": event_type,
-        "state": delivery.state,
-        "nextAttemptTime": delivery.next_attempt_time,
-        "attempts": attempts,
-    }))
+    Ok(Json(wire::DeliveryDetail {
+        event_id: delivery.event_id,
+        event_type,
+        state: delivery.state,
+        next_attempt_time: delivery.next_attempt_time,
+        attempts,
+    })
     .into_response())
 }
 
@@ -279,7 +276,10 @@ pub async fn redeliver(
         request,
         "redelivery queued"
     );
-    let body = json!({"eventId": event_id, "requestId": request});
+    let body = wire::Queued {
+        event_id,
+        request_id: request,
+    };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
@@ -311,12 +311,12 @@ pub async fn redrive_dead(
         count = event_ids.len(),
         "dead deliveries queued again"
     );
-    let body = json!({
-        "requestId": request,
-        "count": event_ids.len(),
-        "eventIds": event_ids,
-        "skipped": skipped,
-    });
+    let body = wire::Redrive {
+        request_id: request,
+        count: event_ids.len() as u64,
+        event_ids,
+        skipped,
+    };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
@@ -330,7 +330,10 @@ pub async fn send_test_event(
     let event_id =
         enqueue::test_event(store, &config, &request, app.settings.max_event_bytes).await?;
     count_enqueued(&app, "test", 1);
-    let body = json!({"eventId": event_id, "requestId": request});
+    let body = wire::Queued {
+        event_id,
+        request_id: request,
+    };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 

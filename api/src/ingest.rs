@@ -10,10 +10,10 @@ use async_nats::HeaderMap;
 use async_nats::header::NATS_MESSAGE_ID;
 use async_nats::jetstream::stream::DirectGetErrorKind;
 use axum::http::StatusCode;
+use herald_core::api::EventAccepted as Accepted;
 use herald_core::dataplane::{event_id, event_subject};
 use herald_core::envelope::{self, BadEvent, HeaderSize};
 use herald_core::pattern::validate_event_type;
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
@@ -21,14 +21,6 @@ use crate::store::Store;
 
 /// Longest `Idempotency-Key` taken.
 pub const MAX_KEY_LEN: usize = 255;
-
-/// The answer to an accepted event.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Accepted {
-    pub event_id: String,
-    pub duplicate: bool,
-}
 
 /// `Nats-Msg-Id` of an HTTP-ingested event: the namespace and a hash of the key, so
 /// two tenants' keys never collide and the key itself is not stored.

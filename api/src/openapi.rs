@@ -162,4 +162,144 @@ mod tests {
         let body = serde_json::json!({"error": {"code": "TooLarge", "message": "m"}});
         assert!(check(&doc, error, &body).is_empty());
     }
+
+    /// The values of the enum at `pointer` in the document.
+    fn enum_at(doc: &Value, pointer: &str) -> Vec<String> {
+        doc.pointer(pointer)
+            .and_then(Value::as_array)
+            .unwrap_or_else(|| panic!("no enum at {pointer}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_shared_answer_types_are_what_the_document_says() {
+        use herald_core::api::{
+            Attempt, Delivery, DeliveryDetail, EventAccepted, Page, Queued, Redrive, State, time,
+        };
+        use herald_core::dataplane::{AttemptOutcome, DeliveryState};
+        let doc = document();
+        assert_eq!(
+            enum_at(&doc, "/components/schemas/State/enum"),
+            State::ALL.map(|s| s.as_str().to_owned())
+        );
+        assert_eq!(
+            enum_at(&doc, "/components/schemas/Attempt/properties/outcome/enum"),
+            AttemptOutcome::ALL.map(|o| o.as_str().to_owned())
+        );
+        let states = [
+            DeliveryState::Succeeded,
+            DeliveryState::Retrying,
+            DeliveryState::Dead,
+        ];
+        assert_eq!(
+            enum_at(&doc, "/components/schemas/Attempt/properties/state/enum"),
+            states.map(|s| s.as_str().to_owned())
+        );
+        // Every answer, with each optional field both set and unset, validates.
+        let when = time::from_ms(1_764_583_200_123);
+        let at = Some(when);
+        let deliveries = "/v1/namespaces/{ns}/endpoints/{name}/deliveries";
+        let delivery = |set: bool| Delivery {
+            event_id: "msg_1".into(),
+            event_type: set.then(|| "order.created".to_owned()),
+            state: State::Retrying.into(),
+            attempts: 2,
+            last_status: set.then_some(500),
+            last_latency_ms: set.then_some(12),
+            last_attempt_time: at.filter(|_| set),
+            next_attempt_time: at.filter(|_| set),
+        };
+        let attempt = |set: bool| Attempt {
+            attempt: 1,
+            time: when,
+            outcome: AttemptOutcome::Timeout.into(),
+            status: set.then_some(500),
+            latency_ms: 3,
+            response: String::new(),
+            state: Some(DeliveryState::Dead.into()),
+            next_attempt_time: at.filter(|_| set),
+        };
+        let answers: Vec<(&str, String, u16, Value)> = [true, false]
+            .into_iter()
+            .flat_map(|set| {
+                let page = Page {
+                    items: vec![delivery(set)],
+                    next_cursor: set.then(|| "v1.1.1.msg_1".to_owned()),
+                };
+                let detail = DeliveryDetail {
+                    event_id: "msg_1".into(),
+                    event_type: set.then(|| "order.created".to_owned()),
+                    state: State::Dead.into(),
+                    next_attempt_time: at.filter(|_| set),
+                    attempts: vec![attempt(set)],
+                };
+                [
+                    (
+                        "get",
+                        deliveries.to_owned(),
+                        200,
+                        serde_json::to_value(page),
+                    ),
+                    (
+                        "get",
+                        format!("{deliveries}/{{eventId}}"),
+                        200,
+                        serde_json::to_value(detail),
+                    ),
+                ]
+            })
+            .chain([
+                (
+                    "post",
+                    "/v1/namespaces/{ns}/events".to_owned(),
+                    202,
+                    serde_json::to_value(EventAccepted {
+                        event_id: "msg_1".into(),
+                        duplicate: false,
+                    }),
+                ),
+                (
+                    "post",
+                    "/v1/namespaces/{ns}/endpoints/{name}/redeliver/{eventId}".to_owned(),
+                    202,
+                    serde_json::to_value(Queued {
+                        event_id: "msg_1".into(),
+                        request_id: "req_1".into(),
+                    }),
+                ),
+                (
+                    "post",
+                    "/v1/namespaces/{ns}/endpoints/{name}/test".to_owned(),
+                    202,
+                    serde_json::to_value(Queued {
+                        event_id: "msg_1".into(),
+                        request_id: "req_1".into(),
+                    }),
+                ),
+                (
+                    "post",
+                    "/v1/namespaces/{ns}/endpoints/{name}/redrive-dead".to_owned(),
+                    202,
+                    serde_json::to_value(Redrive {
+                        request_id: "req_1".into(),
+                        count: 1,
+                        event_ids: vec!["msg_1".into()],
+                        skipped: vec![],
+                    }),
+                ),
+            ])
+            .map(|(method, path, status, value)| (method, path, status, value.unwrap()))
+            .collect();
+        for (method, path, status, value) in &answers {
+            let schema = response_schema(&doc, method, path, *status)
+                .unwrap_or_else(|| panic!("{method} {path} {status} is documented"));
+            assert_eq!(
+                check(&doc, schema, value),
+                Vec::<String>::new(),
+                "{method} {path}: {value}"
+            );
+        }
+    }
 }

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod clock;
 pub mod dataplane;
 pub mod duration;

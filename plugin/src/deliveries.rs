@@ -5,7 +5,7 @@
 
 use jiff::Timestamp;
 
-use crate::api::{Accepted, Api, ApiError, Attempt, Delivery, DeliveryDetail, Query};
+use crate::api::{Api, ApiError, Attempt, Delivery, DeliveryDetail, Query, Queued, Redrive};
 use crate::table::{Output, Table, snippet};
 use crate::time::{TimeArg, age, millis, relative};
 
@@ -83,9 +83,9 @@ pub fn deliveries_table(items: &[Delivery], now: Timestamp, wide: bool) -> Table
     let mut table = Table::new(headers);
     for d in items {
         let mut row = vec![
-            d.event_id.clone(),
-            d.event_type.clone(),
-            d.state.clone(),
+            d.event_id.to_string(),
+            d.event_type.clone().unwrap_or_default(),
+            d.state.to_string(),
             d.attempts.to_string(),
             d.last_status.map(|s| s.to_string()).unwrap_or_default(),
             d.last_latency_ms.map(millis).unwrap_or_default(),
@@ -120,15 +120,14 @@ pub fn attempts_table(attempts: &[Attempt], now: Timestamp, wide: bool) -> Table
     let mut attempts = attempts.to_vec();
     attempts.sort_by_key(|a| a.attempt);
     for a in &attempts {
-        let response = a.response.as_deref().unwrap_or_default();
         table.row([
             a.attempt.to_string(),
-            a.time.map(|t| t.to_string()).unwrap_or_default(),
-            a.time.map(|t| age(t, now)).unwrap_or_default(),
-            a.outcome.clone(),
+            a.time.to_string(),
+            age(a.time, now),
+            a.outcome.to_string(),
             a.status.map(|s| s.to_string()).unwrap_or_default(),
-            a.latency_ms.map(millis).unwrap_or_default(),
-            snippet(response, if wide { 4096 } else { 60 }),
+            millis(a.latency_ms),
+            snippet(&a.response, if wide { 4096 } else { 60 }),
         ]);
     }
     table
@@ -139,35 +138,38 @@ pub fn delivery_heading(d: &DeliveryDetail, endpoint: &str) -> String {
     format!(
         "Event:     {}\nType:      {}\nEndpoint:  {endpoint}\nState:     {}\nAttempts:  {}\n",
         d.event_id,
-        d.event_type,
+        d.event_type.as_deref().unwrap_or_default(),
         d.state,
         d.attempts.len()
     )
 }
 
-/// What a 202 from `redeliver`, `redrive-dead` or `test` means, in one or two lines.
-pub fn accepted_message(action: &str, endpoint: &str, a: &Accepted) -> String {
-    let request = a
-        .request_id
-        .as_deref()
-        .map(|r| format!(" (request {r})"))
-        .unwrap_or_default();
+/// What a 202 from `redeliver` or `test` means, in one or two lines.
+pub fn queued_message(action: &str, endpoint: &str, q: &Queued) -> String {
+    let Queued {
+        event_id: id,
+        request_id: request,
+    } = q;
     match action {
-        "redrive-dead" => {
-            let count = a.count.unwrap_or(a.event_ids.len() as u64);
-            format!("{count} dead deliveries of {endpoint} queued for delivery again{request}")
-        }
-        "test" => {
-            let id = a.event_id.as_deref().unwrap_or("?");
-            format!(
-                "test event {id} queued for {endpoint}{request}\nfollow it with: kubectl herald attempts {endpoint} {id}"
-            )
-        }
-        _ => {
-            let id = a.event_id.as_deref().unwrap_or("?");
-            format!("event {id} queued for delivery to {endpoint} again, same webhook-id{request}")
-        }
+        "test" => format!(
+            "test event {id} queued for {endpoint} (request {request})\nfollow it with: kubectl herald attempts {endpoint} {id}"
+        ),
+        _ => format!(
+            "event {id} queued for delivery to {endpoint} again, same webhook-id (request {request})"
+        ),
     }
+}
+
+/// What a 202 from `redrive-dead` means.
+pub fn redrive_message(endpoint: &str, r: &Redrive) -> String {
+    let skipped = match r.skipped.len() {
+        0 => String::new(),
+        n => format!("; {n} not queued (test events, past retention, or types no longer taken)"),
+    };
+    format!(
+        "{} dead deliveries of {endpoint} queued for delivery again (request {}){skipped}",
+        r.count, r.request_id
+    )
 }
 
 /// `deliveries`: follows cursors until `--limit` items or the end.
@@ -244,18 +246,28 @@ pub async fn act(
     event_id: Option<&str>,
     output: Output,
 ) -> Result<(), crate::Error> {
-    let (accepted, value) = match (action, event_id) {
-        ("redrive-dead", _) => api.redrive_dead(endpoint).await?,
-        ("test", _) => api.test(endpoint).await?,
-        (_, Some(id)) => api.redeliver(endpoint, id).await?,
+    let (message, ids, value) = match (action, event_id) {
+        ("redrive-dead", _) => {
+            let (redrive, value) = api.redrive_dead(endpoint).await?;
+            let message = redrive_message(endpoint, &redrive);
+            (message, redrive.event_ids, value)
+        }
+        ("test", _) => {
+            let (queued, value) = api.test(endpoint).await?;
+            (queued_message(action, endpoint, &queued), Vec::new(), value)
+        }
+        (_, Some(id)) => {
+            let (queued, value) = api.redeliver(endpoint, id).await?;
+            (queued_message(action, endpoint, &queued), Vec::new(), value)
+        }
         (_, None) => unreachable!("redeliver always has an event id"),
     };
     if output.print_document(&value)? {
         return Ok(());
     }
-    println!("{}", accepted_message(action, endpoint, &accepted));
+    println!("{message}");
     if output.wide() {
-        for id in &accepted.event_ids {
+        for id in &ids {
             println!("  {id}");
         }
     }
@@ -271,21 +283,23 @@ impl From<ApiError> for crate::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::State;
+    use herald_core::dataplane::AttemptOutcome;
 
     fn at(text: &str) -> Timestamp {
         text.parse().unwrap()
     }
 
-    fn delivery(id: &str, state: &str, attempts: u32) -> Delivery {
+    fn delivery(id: &str, state: State, attempts: u32) -> Delivery {
         Delivery {
             event_id: id.into(),
-            event_type: "order.created".into(),
+            event_type: Some("order.created".into()),
             state: state.into(),
             attempts,
             last_status: (attempts > 0).then_some(500),
-            last_latency_ms: (attempts > 0).then_some(12.0),
+            last_latency_ms: (attempts > 0).then_some(12),
             last_attempt_time: (attempts > 0).then(|| at("2026-12-01T11:59:00Z")),
-            next_attempt_time: (state == "retrying").then(|| at("2026-12-01T12:00:30Z")),
+            next_attempt_time: (state == State::Retrying).then(|| at("2026-12-01T12:00:30Z")),
         }
     }
 
@@ -293,8 +307,8 @@ mod tests {
     fn the_delivery_log_table() {
         let now = at("2026-12-01T12:00:00Z");
         let items = [
-            delivery("01JA", "retrying", 2),
-            delivery("01JB", "pending", 0),
+            delivery("01JA", State::Retrying, 2),
+            delivery("01JB", State::Pending, 0),
         ];
         assert_eq!(
             deliveries_table(&items, now, false).render(),
@@ -318,11 +332,13 @@ mod tests {
         let now = at("2026-12-01T12:00:00Z");
         let attempt = |n, response: &str| Attempt {
             attempt: n,
-            time: Some(at("2026-12-01T11:00:00Z")),
-            outcome: "HttpError".into(),
+            time: at("2026-12-01T11:00:00Z"),
+            outcome: AttemptOutcome::HttpError.into(),
             status: Some(503),
-            latency_ms: Some(1500.0),
-            response: Some(response.into()),
+            latency_ms: 1500,
+            response: response.into(),
+            state: None,
+            next_attempt_time: None,
         };
         let long = "x".repeat(100);
         let attempts = [attempt(2, &long), attempt(1, "busy\n")];
@@ -364,22 +380,32 @@ mod tests {
 
     #[test]
     fn accepted_messages() {
-        let a = Accepted {
-            event_id: Some("01JX".into()),
-            request_id: Some("r1".into()),
-            count: None,
-            event_ids: vec!["a".into(), "b".into()],
+        let q = Queued {
+            event_id: "01JX".into(),
+            request_id: "r1".into(),
         };
         assert_eq!(
-            accepted_message("redeliver", "orders", &a),
+            queued_message("redeliver", "orders", &q),
             "event 01JX queued for delivery to orders again, same webhook-id (request r1)"
         );
+        assert!(
+            queued_message("test", "orders", &q).contains("kubectl herald attempts orders 01JX")
+        );
+        let mut r = Redrive {
+            request_id: "r1".into(),
+            count: 2,
+            event_ids: vec!["a".into(), "b".into()],
+            skipped: vec![],
+        };
         assert_eq!(
-            accepted_message("redrive-dead", "orders", &a),
+            redrive_message("orders", &r),
             "2 dead deliveries of orders queued for delivery again (request r1)"
         );
+        r.skipped = vec!["t".into()];
         assert!(
-            accepted_message("test", "orders", &a).contains("kubectl herald attempts orders 01JX")
+            redrive_message("orders", &r).ends_with(
+                "; 1 not queued (test events, past retention, or types no longer taken)"
+            )
         );
     }
 }

@@ -16,11 +16,12 @@ use jiff::{SignedDuration, Timestamp};
 use crate::api::{Api, ApiError, Attempt, Delivery, Query};
 use crate::table::{Output, line, snippet};
 use crate::time::{TimeArg, millis};
+use herald_core::api::time;
 
 /// Attempts printed so far, per event id.
 #[derive(Debug, Default)]
 pub struct Seen {
-    printed: HashMap<String, u32>,
+    printed: HashMap<std::sync::Arc<str>, u32>,
 }
 
 /// What to print for one delivery of a poll.
@@ -121,42 +122,67 @@ pub fn header() -> String {
     line(&HEADERS.map(str::to_owned), &widths())
 }
 
-/// One attempt's line. `state` is the delivery's state after the newest attempt; for
-/// older attempts it is what their outcome says.
-pub fn attempt_line(d: &Delivery, a: &Attempt, newest: bool) -> String {
-    let state = if newest {
-        d.state.clone()
-    } else {
-        a.outcome.clone()
-    };
+/// What one tail line shows of an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub attempt: u32,
+    pub time: Option<Timestamp>,
+    /// For the newest attempt, the delivery's state; for older ones, their outcome.
+    pub state: String,
+    pub status: Option<u16>,
+    pub latency_ms: Option<u64>,
+    pub response: String,
+}
+
+impl Line {
+    /// An attempt of `d` as the delivery's detail lists it; the newest shows the
+    /// delivery's state.
+    pub fn of(d: &Delivery, a: &Attempt, newest: bool) -> Self {
+        Self {
+            attempt: a.attempt,
+            time: Some(a.time),
+            state: if newest {
+                d.state.to_string()
+            } else {
+                a.outcome.to_string()
+            },
+            status: a.status,
+            latency_ms: Some(a.latency_ms),
+            response: a.response.clone(),
+        }
+    }
+}
+
+/// One attempt's line.
+pub fn attempt_line(d: &Delivery, a: &Line) -> String {
     line(
         &[
             a.time
                 .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
                 .unwrap_or_else(|| "-".into()),
-            d.event_id.clone(),
-            d.event_type.clone(),
+            d.event_id.to_string(),
+            d.event_type.clone().unwrap_or_default(),
             a.attempt.to_string(),
-            state,
+            a.state.clone(),
             a.status
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| "-".into()),
             a.latency_ms.map(millis).unwrap_or_else(|| "-".into()),
-            snippet(a.response.as_deref().unwrap_or(""), 60),
+            snippet(&a.response, 60),
         ],
         &widths(),
     )
 }
 
 /// The newest attempt of a delivery, from the log's summary.
-pub fn latest_attempt(d: &Delivery) -> Attempt {
-    Attempt {
+pub fn latest_attempt(d: &Delivery) -> Line {
+    Line {
         attempt: d.attempts,
         time: d.last_attempt_time,
-        outcome: d.state.clone(),
+        state: d.state.to_string(),
         status: d.last_status,
         latency_ms: d.last_latency_ms,
-        response: None,
+        response: String::new(),
     }
 }
 
@@ -229,30 +255,31 @@ async fn print_news(api: &Api, endpoint: &str, news: News, output: Output) {
         }
         News::Several { delivery, from } => {
             let attempts = match api.delivery(endpoint, &delivery.event_id).await {
-                Ok((detail, _)) => detail
-                    .attempts
-                    .into_iter()
-                    .filter(|a| a.attempt >= from)
-                    .collect(),
+                Ok((detail, _)) => {
+                    let newest = detail.attempts.iter().map(|a| a.attempt).max();
+                    detail
+                        .attempts
+                        .iter()
+                        .filter(|a| a.attempt >= from)
+                        .map(|a| Line::of(&delivery, a, Some(a.attempt) == newest))
+                        .collect()
+                }
                 Err(_) => vec![latest_attempt(&delivery)],
             };
             (delivery, attempts)
         }
     };
-    let newest = attempts.iter().map(|a| a.attempt).max().unwrap_or(0);
     for a in attempts {
         match output {
             Output::Json | Output::Yaml => {
                 let value = serde_json::json!({
                     "eventId": delivery.event_id, "type": delivery.event_type,
-                    "attempt": a.attempt, "time": a.time, "state": if a.attempt == newest { &delivery.state } else { &a.outcome },
-                    "status": a.status, "latencyMs": a.latency_ms,
+                    "attempt": a.attempt, "time": a.time.as_ref().map(time::format),
+                    "state": a.state, "status": a.status, "latencyMs": a.latency_ms,
                 });
                 println!("{value}");
             }
-            Output::Table | Output::Wide => {
-                println!("{}", attempt_line(&delivery, &a, a.attempt == newest))
-            }
+            Output::Table | Output::Wide => println!("{}", attempt_line(&delivery, &a)),
         }
     }
 }
@@ -284,11 +311,11 @@ mod tests {
     fn d(id: &str, attempts: u32, secs: i64) -> Delivery {
         Delivery {
             event_id: id.into(),
-            event_type: "t".into(),
-            state: "succeeded".into(),
+            event_type: Some("t".into()),
+            state: crate::api::State::Succeeded.into(),
             attempts,
             last_status: Some(200),
-            last_latency_ms: Some(3.0),
+            last_latency_ms: Some(3),
             last_attempt_time: Some(Timestamp::from_second(1_800_000_000 + secs).unwrap()),
             next_attempt_time: None,
         }
@@ -306,7 +333,7 @@ mod tests {
         let ids: Vec<_> = news
             .iter()
             .map(|n| match n {
-                News::Latest(d) => d.event_id.as_str(),
+                News::Latest(d) => &*d.event_id,
                 News::Several { .. } => panic!("one new attempt each: {n:?}"),
             })
             .collect();
@@ -351,7 +378,7 @@ mod tests {
     #[test]
     fn lines_line_up_under_the_header() {
         let delivery = d("01JDXQ4Z7Y9T4K0ZB2C5W1V3HN", 1, 0);
-        let text = attempt_line(&delivery, &latest_attempt(&delivery), true);
+        let text = attempt_line(&delivery, &latest_attempt(&delivery));
         let head = header();
         assert_eq!(head.find("EVENT ID"), text.find("01JDXQ"), "{head}\n{text}");
         assert!(text.starts_with("2027-01-15T08:00:00Z"), "{text}");

@@ -102,11 +102,11 @@ fn human(secs: i64) -> String {
 }
 
 /// Milliseconds as a table shows them: `12ms`, `1.2s`.
-pub fn millis(ms: f64) -> String {
-    if ms < 1_000.0 {
-        format!("{}ms", ms.round() as i64)
+pub fn millis(ms: u64) -> String {
+    if ms < 1_000 {
+        format!("{ms}ms")
     } else {
-        format!("{:.1}s", ms / 1_000.0)
+        format!("{:.1}s", ms as f64 / 1_000.0)
     }
 }
 
@@ -183,8 +183,8 @@ mod tests {
 
     #[test]
     fn latencies() {
-        assert_eq!(millis(0.4), "0ms");
-        assert_eq!(millis(12.0), "12ms");
-        assert_eq!(millis(1_234.0), "1.2s");
+        assert_eq!(millis(0), "0ms");
+        assert_eq!(millis(12), "12ms");
+        assert_eq!(millis(1_234), "1.2s");
     }
 }

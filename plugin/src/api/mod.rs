@@ -19,7 +19,7 @@ use url::Url;
 use crate::context::{Context, ContextError};
 
 mod types;
-pub use types::{Accepted, Attempt, Delivery, DeliveryDetail, Page, Query};
+pub use types::{Attempt, Delivery, DeliveryDetail, Lenient, Page, Query, Queued, Redrive, State};
 
 /// Where the bearer token comes from.
 #[derive(Clone)]
@@ -154,19 +154,19 @@ impl Api {
         &self,
         endpoint: &str,
         event_id: &str,
-    ) -> Result<(Accepted, Value), ApiError> {
+    ) -> Result<(Queued, Value), ApiError> {
         let url = self.url(endpoint, &["redeliver", event_id]);
         self.call(reqwest::Method::POST, url).await
     }
 
     /// Delivers every dead delivery of the endpoint again.
-    pub async fn redrive_dead(&self, endpoint: &str) -> Result<(Accepted, Value), ApiError> {
+    pub async fn redrive_dead(&self, endpoint: &str) -> Result<(Redrive, Value), ApiError> {
         let url = self.url(endpoint, &["redrive-dead"]);
         self.call(reqwest::Method::POST, url).await
     }
 
     /// Sends a test event to the endpoint.
-    pub async fn test(&self, endpoint: &str) -> Result<(Accepted, Value), ApiError> {
+    pub async fn test(&self, endpoint: &str) -> Result<(Queued, Value), ApiError> {
         let url = self.url(endpoint, &["test"]);
         self.call(reqwest::Method::POST, url).await
     }

@@ -1,91 +1,13 @@
-//! The JSON of Herald's API as the plugin reads it: the contract's camelCase fields,
-//! times in RFC 3339, `null` for what is not known (yet). Fields this version does not
-//! know are ignored here and kept in the raw JSON `-o json` prints.
+//! The JSON of Herald's API as the plugin reads it: the answers are
+//! [`herald_core::api`]'s types, the ones herald-api writes (values this version does not
+//! know are kept as their text; fields it does not know are ignored here and kept in the
+//! raw JSON `-o json` prints). The query is the plugin's own.
 
 use jiff::Timestamp;
-use serde::{Deserialize, Deserializer};
 
-/// A string the API may send as `null`: empty then.
-fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
-}
-
-/// One delivery (an event to this endpoint) as the log lists it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Delivery {
-    pub event_id: String,
-    /// Empty when the API does not know it (`null`: an event past retention whose
-    /// attempt records predate the type field).
-    #[serde(rename = "type", default, deserialize_with = "null_as_empty")]
-    pub event_type: String,
-    /// `pending`, `inFlight`, `succeeded`, `retrying` or `dead`.
-    pub state: String,
-    #[serde(default)]
-    pub attempts: u32,
-    #[serde(default)]
-    pub last_status: Option<u16>,
-    #[serde(default)]
-    pub last_latency_ms: Option<f64>,
-    #[serde(default)]
-    pub last_attempt_time: Option<Timestamp>,
-    #[serde(default)]
-    pub next_attempt_time: Option<Timestamp>,
-}
-
-/// A page of the delivery log, newest first.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Page {
-    pub items: Vec<Delivery>,
-    #[serde(default)]
-    pub next_cursor: Option<String>,
-}
-
-/// One delivery with every attempt.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeliveryDetail {
-    pub event_id: String,
-    /// Empty when the API does not know it (`null`: an event past retention whose
-    /// attempt records predate the type field).
-    #[serde(rename = "type", default, deserialize_with = "null_as_empty")]
-    pub event_type: String,
-    pub state: String,
-    #[serde(default)]
-    pub attempts: Vec<Attempt>,
-}
-
-/// One attempt of a delivery.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Attempt {
-    pub attempt: u32,
-    #[serde(default)]
-    pub time: Option<Timestamp>,
-    #[serde(default)]
-    pub outcome: String,
-    #[serde(default)]
-    pub status: Option<u16>,
-    #[serde(default)]
-    pub latency_ms: Option<f64>,
-    #[serde(default)]
-    pub response: Option<String>,
-}
-
-/// What a POST that queues work answered (202).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Accepted {
-    #[serde(default)]
-    pub event_id: Option<String>,
-    #[serde(default)]
-    pub request_id: Option<String>,
-    #[serde(default)]
-    pub count: Option<u64>,
-    #[serde(default)]
-    pub event_ids: Vec<String>,
-}
+pub use herald_core::api::{
+    Attempt, Delivery, DeliveryDetail, Lenient, Page, Queued, Redrive, State,
+};
 
 /// Filters of the delivery log.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -128,12 +50,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_unknown_type_reads_as_empty() {
+    fn an_unknown_type_reads_as_none() {
         let d: Delivery = serde_json::from_value(serde_json::json!({
             "eventId": "evt_1", "type": null, "state": "dead", "attempts": 3,
         }))
         .unwrap();
-        assert_eq!((d.event_type.as_str(), d.state.as_str()), ("", "dead"));
+        assert_eq!(d.event_type, None);
+        assert_eq!(d.state, Lenient::Known(State::Dead));
     }
 
     #[test]
