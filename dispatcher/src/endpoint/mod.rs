@@ -66,10 +66,20 @@ pub struct EndpointState {
     /// already have fired).
     scheduled: u64,
     oldest_scheduled_ms: Option<u64>,
-    /// In the shard's ready ring.
-    pub queued: bool,
-    /// The bytes of its lanes last reported to the dispatcher's lane budget.
-    pub budgeted: usize,
+}
+
+/// What an attempt's end means beyond the endpoint's own state, for the shard to carry
+/// out: the endpoint's side of `crate::attempt::decide`.
+#[derive(Debug)]
+pub struct Finished {
+    /// The attempt-log record of the attempt.
+    pub record: AttemptRecord,
+    /// The attempt disabled the endpoint: report it at once.
+    pub disabled: bool,
+    /// What must outlive the dispatcher (disabled, failure clock, circuit, pause) may
+    /// have changed: save it now, so a crash cannot forget it. (A success of a healthy
+    /// endpoint changes none of it.)
+    pub save_lasting: bool,
 }
 
 fn max_in_flight(ep: Option<&Arc<index::Endpoint>>) -> u32 {
@@ -91,8 +101,6 @@ impl EndpointState {
             last: None,
             scheduled: 0,
             oldest_scheduled_ms: None,
-            queued: false,
-            budgeted: 0,
         }
     }
 
@@ -286,7 +294,9 @@ impl EndpointState {
         decision: &Decision,
         now: Instant,
         now_ms: u64,
-    ) -> AttemptRecord {
+    ) -> Finished {
+        let was_disabled = self.disabled.is_some();
+        let had_lasting = was_disabled || self.failing_since_ms().is_some();
         self.lanes.finished(&item);
         let record = report::record(&item, result, decision, now_ms);
         if let Some(ep) = self.ep.clone() {
@@ -315,7 +325,11 @@ impl EndpointState {
             self.lanes.requeue(item);
         }
         self.lanes.release_idle_memory();
-        record
+        Finished {
+            record,
+            disabled: !was_disabled && self.disabled.is_some(),
+            save_lasting: had_lasting || !result.is_success(),
+        }
     }
 
     /// What a result teaches the limit, the circuit, the pace and the failure clock.
@@ -398,14 +412,13 @@ impl EndpointState {
     }
 
     /// Whether the state can be released (its endpoint has drained): nothing queued,
-    /// scheduled or in flight, not in the ring, nothing that must outlive it (disabled,
+    /// scheduled or in flight, nothing that must outlive it (disabled,
     /// failing, an open circuit, a `Retry-After`), and no attempt started for `quiet`.
     /// What is lost is the success and latency windows and the adaptive limit, which
     /// start again with the endpoint's next event; its last health report stays.
     pub fn releasable(&self, now: Instant, quiet: Duration) -> bool {
         self.is_idle()
             && self.in_flight() == 0
-            && !self.queued
             && self.disabled.is_none()
             && self.circuit.state() == CircuitState::Closed
             && self.failures.streak() == 0

@@ -87,7 +87,7 @@ pub(super) fn after(
     result: &AttemptResult,
     now: Instant,
     now_ms: u64,
-) {
+) -> super::Finished {
     let ep = s.ep.clone().unwrap();
     let facts = crate::attempt::Facts {
         policy: &ep.config.delivery,
@@ -98,7 +98,7 @@ pub(super) fn after(
         max_delay: Duration::from_secs(30 * 86_400),
     };
     let decision = crate::attempt::decide(&facts, result, now_ms, 0.5);
-    s.finish(item, result, &decision, now, now_ms);
+    s.finish(item, result, &decision, now, now_ms)
 }
 
 pub(super) fn response(outcome: Outcome, status: Option<u16>, latency_ms: u64) -> AttemptResult {
@@ -355,6 +355,49 @@ fn gone_and_sustained_failure_disable_and_a_new_token_re_enables() {
     let a = start(&mut gone, now).unwrap();
     after(&mut gone, a, &response(Outcome::Gone, Some(410), 5), now, 0);
     assert_eq!(gone.disabled.as_ref().unwrap().reason, DisabledReason::Gone);
+}
+
+#[test]
+fn an_attempts_end_says_what_the_shard_must_do() {
+    let now = Instant::now();
+    let mut s = state(json!({"disableAfter": "1h"}), false);
+    for seq in 1..=5 {
+        s.lanes.queue(Lane::New).offer(item(seq, Lane::New), 64);
+    }
+    let next = start(&mut s, now).unwrap();
+    let healthy = after(&mut s, next, &ok(), now, 0);
+    assert!(
+        !healthy.save_lasting && !healthy.disabled,
+        "nothing to save"
+    );
+    assert_eq!(&*healthy.record.event_id, "msg_1");
+    let next = start(&mut s, now).unwrap();
+    let failed = after(&mut s, next, &fail(), now, 0);
+    assert!(
+        failed.save_lasting && !failed.disabled,
+        "the failure clock started"
+    );
+    let next = start(&mut s, now).unwrap();
+    let disabling = after(&mut s, next, &fail(), now, 3_600_000);
+    assert!(
+        disabling.save_lasting && disabling.disabled,
+        "disabled: report at once"
+    );
+    let mut ep = (**s.ep.as_ref().unwrap()).clone_for_test();
+    ep.config.enable_token = Some("1".into());
+    assert!(
+        s.configure(Some(Arc::new(ep))),
+        "re-enabled (the shard saves that itself)"
+    );
+    let next = start(&mut s, now).unwrap();
+    let failed = after(&mut s, next, &fail(), now, 3_600_001);
+    assert!(failed.save_lasting);
+    let next = start(&mut s, now).unwrap();
+    let recovered = after(&mut s, next, &ok(), now, 3_600_002);
+    assert!(
+        recovered.save_lasting && !recovered.disabled,
+        "a success after failures clears what was saved"
+    );
 }
 
 #[test]

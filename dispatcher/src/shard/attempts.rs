@@ -61,11 +61,12 @@ impl Runtime {
             let Some(key) = self.ring.pop() else {
                 break;
             };
-            let Some(state) = self.endpoints.get_mut(&key) else {
+            let Some(slot) = self.endpoints.get_mut(&key) else {
                 self.spare = Some(permit);
                 continue;
             };
-            state.queued = false;
+            slot.queued = false;
+            let state = &mut slot.state;
             // Back in the ring when one of its attempts finishes.
             let full = state.in_flight() >= limits.per_endpoint as u64;
             match state.readiness(now) {
@@ -77,10 +78,8 @@ impl Runtime {
                         continue;
                     };
                     self.spawn_attempt(&key, item, permit);
-                    self.settle(&key);
-                    self.maybe_refill(&key, lane);
                     // Back of the ring: the next endpoint gets the next turn.
-                    self.mark_ready(&key);
+                    self.changed(&key, Some(lane));
                     turns += 1;
                 }
                 Readiness::Until(at) => {
@@ -100,7 +99,7 @@ impl Runtime {
     }
 
     fn spawn_attempt(&mut self, key: &EndpointKey, item: Item, permit: OwnedSemaphorePermit) {
-        let Some(state) = self.endpoints.get(key) else {
+        let Some(state) = self.endpoints.get(key).map(|slot| &slot.state) else {
             return;
         };
         let (Some(ep), Some(keys)) = (state.ep.clone(), state.keys.clone()) else {
@@ -145,32 +144,28 @@ impl Runtime {
         self.count(&key, &item, &result, &decision);
         let lane = item.lane;
         // The endpoint was deleted while the attempt ran: nothing to record.
-        let Some(state) = self.endpoints.get_mut(&key) else {
+        let Some(slot) = self.endpoints.get_mut(&key) else {
             return;
         };
-        let was_disabled = state.disabled.is_some();
-        let had_lasting = state.failing_since_ms().is_some() || was_disabled;
-        let record = state.finish(item, &result, &decision, Instant::now(), now_ms());
-        self.log.push(&key, record);
-        if !was_disabled && let Some(disabled) = &state.disabled {
+        let state = &mut slot.state;
+        let finished = state.finish(item, &result, &decision, Instant::now(), now_ms());
+        self.log.push(&key, finished.record);
+        if finished.disabled
+            && let Some(disabled) = &state.disabled
+        {
             tracing::warn!(endpoint = %key, reason = disabled.reason.as_str(), "endpoint disabled: {}", disabled.message);
             // Report at once: a tenant should hear about this.
             self.reports.urgent(&key);
         }
-        // At once, so a crash right now does not re-enable the endpoint, restart its
-        // failure clock or forget the receiver's pause. (A success of a healthy endpoint
-        // changes none of it.)
-        if had_lasting || !result.is_success() {
+        if finished.save_lasting {
             self.save_lasting(&key);
         }
         if !result.is_success() {
             tracing::debug!(endpoint = %key, outcome = result.outcome.as_str(), status = ?result.status, "attempt failed");
         }
         self.shed_if_stalled(&key);
-        self.settle(&key);
         self.maybe_purge(&key, lane);
-        self.maybe_refill(&key, lane);
-        self.mark_ready(&key);
+        self.changed(&key, Some(lane));
     }
 }
 

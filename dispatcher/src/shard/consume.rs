@@ -78,25 +78,23 @@ impl Runtime {
         }
         let cap = lane_cap(&buffers, state);
         state.lanes.queue(lane).offer(item, cap);
-        self.settle(&key);
-        self.maybe_refill(&key, lane);
-        self.mark_ready(&key);
+        self.changed(&key, Some(lane));
     }
 
     /// Reports `key`'s buffered bytes to the dispatcher's lane budget (after any change
     /// of its lanes).
     pub(super) fn settle(&mut self, key: &EndpointKey) {
-        if let Some(state) = self.endpoints.get_mut(key) {
-            let now = state.lanes.bytes();
-            self.shared.buffers.report(state.budgeted, now);
-            state.budgeted = now;
+        if let Some(slot) = self.endpoints.get_mut(key) {
+            let now = slot.state.lanes.bytes();
+            self.shared.buffers.report(slot.budgeted, now);
+            slot.budgeted = now;
         }
     }
 
     /// Gives back to JetStream what `key` buffers beyond its base cap once it is not
     /// delivering (see `super::budget`).
     pub(super) fn shed_if_stalled(&mut self, key: &EndpointKey) {
-        if let Some(state) = self.endpoints.get_mut(key)
+        if let Some(state) = self.endpoints.get_mut(key).map(|slot| &mut slot.state)
             && !state.delivering()
         {
             let cap = state.buffer_cap();
@@ -107,9 +105,9 @@ impl Runtime {
 
     /// Forgets `key`'s state, and its bytes in the lane budget.
     pub(super) fn drop_state(&mut self, key: &EndpointKey) -> Option<EndpointState> {
-        let state = self.endpoints.remove(key)?;
-        self.shared.buffers.report(state.budgeted, 0);
-        Some(state)
+        let slot = self.endpoints.remove(key)?;
+        self.shared.buffers.report(slot.budgeted, 0);
+        Some(slot.state)
     }
 
     pub(super) fn on_change(&mut self, change: Result<Change, broadcast::error::RecvError>) {
@@ -126,7 +124,10 @@ impl Runtime {
                 .iter()
                 .filter(|(k, s)| {
                     k.namespace() == namespace
-                        && s.ep.as_ref().is_some_and(|e| e.config.secret == secret)
+                        && s.state
+                            .ep
+                            .as_ref()
+                            .is_some_and(|e| e.config.secret == secret)
                 })
                 .map(|(k, _)| k.clone())
                 .collect(),
@@ -158,7 +159,7 @@ impl Runtime {
                 self.save_lasting(&key);
             }
             self.shed_if_stalled(&key);
-            self.mark_ready(&key);
+            self.changed(&key, None);
         }
     }
 
@@ -240,16 +241,14 @@ impl Runtime {
             items,
             next,
         } = refill;
-        let Some(state) = self.endpoints.get_mut(&key) else {
+        let Some(state) = self.endpoints.get_mut(&key).map(|slot| &mut slot.state) else {
             return;
         };
         match next {
             Ok(next) => state.lanes.queue(lane).refilled(range, items, next),
             Err(()) => state.lanes.queue(lane).refill_failed(),
         }
-        self.settle(&key);
-        self.maybe_refill(&key, lane);
-        self.mark_ready(&key);
+        self.changed(&key, Some(lane));
     }
 }
 

@@ -145,7 +145,7 @@ impl Runtime {
     /// Saves (or deletes) the endpoint's lasting state when it differs from what was
     /// saved last.
     pub(super) fn save_lasting(&mut self, key: &EndpointKey) {
-        let Some(state) = self.endpoints.get(key) else {
+        let Some(state) = self.endpoints.get(key).map(|slot| &slot.state) else {
             return;
         };
         let lasting = state.lasting(std::time::Instant::now(), now_ms());

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt;
-use herald_core::dataplane::{EndpointKey, LastingState, TenantPolicy, shard_lanes_filter};
+use herald_core::dataplane::{EndpointKey, Lane, LastingState, TenantPolicy, shard_lanes_filter};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -90,11 +90,21 @@ impl Delivery {
     }
 }
 
+/// One endpoint of the shard: its delivery state and the shard's bookkeeping about it.
+#[derive(Debug)]
+struct Slot {
+    state: EndpointState,
+    /// In the ready ring.
+    queued: bool,
+    /// The bytes of its lanes last reported to the dispatcher's lane budget.
+    budgeted: usize,
+}
+
 struct Runtime {
     shared: Shared,
     shard: u32,
     label: ShardLabel,
-    endpoints: HashMap<EndpointKey, EndpointState>,
+    endpoints: HashMap<EndpointKey, Slot>,
     /// Health a previous owner reported, applied to an endpoint's state when it is
     /// created (then forgotten).
     saved: HashMap<EndpointKey, LastingState>,
@@ -207,7 +217,7 @@ impl Runtime {
         let index = &self.shared.index;
         let saved = &mut self.saved;
         let reports = &mut self.reports;
-        self.endpoints.entry(key.clone()).or_insert_with(|| {
+        let slot = self.endpoints.entry(key.clone()).or_insert_with(|| {
             let ep = index.endpoint(key);
             let keys = ep
                 .as_ref()
@@ -217,8 +227,13 @@ impl Runtime {
                 state.restore(&lasting, std::time::Instant::now(), now_ms());
                 reports.restored(key, lasting);
             }
-            state
-        })
+            Slot {
+                state,
+                queued: false,
+                budgeted: 0,
+            }
+        });
+        &mut slot.state
     }
 
     /// How a tenant with `policy` shares the shard (the dispatcher's defaults where the
@@ -243,9 +258,20 @@ impl Runtime {
     }
 
     fn mark_ready(&mut self, key: &EndpointKey) {
-        if let Some(state) = self.endpoints.get_mut(key) {
-            self.ring.push(key, &mut state.queued);
+        if let Some(slot) = self.endpoints.get_mut(key) {
+            self.ring.push(key, &mut slot.queued);
         }
+    }
+
+    /// What follows any change of an endpoint's lanes or state, in one place: its
+    /// buffered bytes reported to the lane budget, `lane` refilled from JetStream when
+    /// it runs low, and the endpoint back in the ready ring.
+    fn changed(&mut self, key: &EndpointKey, lane: Option<Lane>) {
+        self.settle(key);
+        if let Some(lane) = lane {
+            self.maybe_refill(key, lane);
+        }
+        self.mark_ready(key);
     }
 
     fn on_timers(&mut self) {

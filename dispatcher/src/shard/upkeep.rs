@@ -31,7 +31,8 @@ impl Runtime {
         let (mut open, mut disabled) = (0, 0);
         let mut pending = ShardPending::default();
         let mut gone = Vec::new();
-        for (key, state) in &mut self.endpoints {
+        for (key, slot) in &mut self.endpoints {
+            let state = &mut slot.state;
             for lane in [Lane::New, Lane::Retry] {
                 if let Some(below) = state.lanes.queue(lane).purge_point() {
                     purge(&self.shared, self.shard, key, lane, below);
@@ -69,8 +70,10 @@ impl Runtime {
                         tracing::warn!(%error, "health write failed; retried at the next change");
                     }
                 });
-            } else if state.releasable(now, self.shared.settings.release_idle_after) {
-                // Drained, quiet and reported: nothing here is needed any more.
+            } else if !slot.queued && state.releasable(now, self.shared.settings.release_idle_after)
+            {
+                // Drained, out of the ring, quiet and reported: nothing here is needed
+                // any more.
                 gone.push(key.clone());
             }
         }
@@ -96,7 +99,7 @@ impl Runtime {
     /// Purges a busy lane early, so a crash redelivers little of it.
     pub(super) fn maybe_purge(&mut self, key: &EndpointKey, lane: Lane) {
         let now = Instant::now();
-        let Some(state) = self.endpoints.get_mut(key) else {
+        let Some(state) = self.endpoints.get_mut(key).map(|slot| &mut slot.state) else {
             return;
         };
         let queue = state.lanes.queue(lane);
@@ -136,9 +139,9 @@ impl Runtime {
             }
         }
         self.log.flush(&self.shared.layout.js);
-        for (key, state) in &mut self.endpoints {
+        for (key, slot) in &mut self.endpoints {
             for lane in [Lane::New, Lane::Retry] {
-                if let Some(below) = state.lanes.queue(lane).purge_point() {
+                if let Some(below) = slot.state.lanes.queue(lane).purge_point() {
                     let subject = key.lane_subject(self.shard, lane);
                     let purge = self
                         .shared
@@ -158,8 +161,8 @@ impl Runtime {
 /// However a shard ends, its numbers leave with it: the next owner reports them.
 impl Drop for Runtime {
     fn drop(&mut self) {
-        for state in self.endpoints.values() {
-            self.shared.buffers.report(state.budgeted, 0);
+        for slot in self.endpoints.values() {
+            self.shared.buffers.report(slot.budgeted, 0);
         }
         let metrics = &self.shared.metrics;
         metrics.pending.remove(self.shard);
