@@ -2,6 +2,10 @@
 //! `signing_secret`, `replay` and the endpoint health writer).
 //!
 //! Contract:
+//! - a controller implements [`Reconciler`] (what applying its kind means, what its
+//!   deletion withdraws from outside Kubernetes) and runs [`reconcile`], the one entry
+//!   point: the finalizer, the object Herald cannot decode, and the instrumentation are
+//!   here, once; its failures are [`Error`]s;
 //! - every reconcile runs through [`Plumbing::instrument`]: timed, counted by result and
 //!   by the error's [`Categorized::category`] (a bounded label set), and the object's
 //!   backoff forgotten on success;
@@ -31,7 +35,7 @@ use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::finalizer;
+use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::utils::Backoff;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -92,6 +96,163 @@ const RETRY_CAP: Duration = Duration::from_secs(60);
 /// A controller's error: a low-cardinality category for metrics and logs.
 pub trait Categorized: std::error::Error + Send + Sync + 'static {
     fn category(&self) -> &'static str;
+}
+
+/// Why a reconcile of any kind failed (retried with the object's backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Nats(#[from] crate::nats::Error),
+    #[error("object has no namespace")]
+    NoNamespace,
+    /// What one kind alone can fail at, with its category.
+    #[error("{what}: {source}")]
+    Other {
+        category: &'static str,
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A failure of one kind's own: `what` failed, counted under `category`.
+    pub fn other(
+        category: &'static str,
+        what: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Other {
+            category,
+            what,
+            source: source.into(),
+        }
+    }
+}
+
+impl Categorized for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::Kube(_) => "kube",
+            Self::Nats(_) => "nats",
+            Self::NoNamespace => "invalid",
+            Self::Other { category, .. } => category,
+            Self::Finalizer(e) => finalizer_category(e),
+        }
+    }
+}
+
+/// One controller of the operator: the steps that differ by kind. [`reconcile`] runs
+/// them inside the steps every kind shares.
+pub trait Reconciler: Send + Sync + 'static {
+    /// The kind as the controller's store keeps it.
+    type Watched: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static;
+    /// The kind as applied (with the finalizer).
+    type Object: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static;
+    /// The finalizer that keeps the object until what it put outside Kubernetes is
+    /// withdrawn.
+    const FINALIZER: &'static str;
+
+    fn plumbing(&self) -> &Plumbing<Self::Watched>;
+
+    /// The object to apply, from the one watched.
+    fn object(watched: &Self::Watched) -> Result<Self::Object, Error>;
+
+    /// Makes the world match `obj` (`watched` as the store keeps it).
+    fn apply(
+        &self,
+        obj: &Self::Object,
+        watched: &Self::Watched,
+    ) -> impl Future<Output = Result<Action, Error>> + Send;
+
+    /// Withdraws what object `name` in `namespace` put outside Kubernetes: it is being
+    /// deleted (decoded or not).
+    fn withdraw(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// An object Herald cannot decode that is not being deleted: by default, a Warning
+    /// Event says so.
+    fn undecodable(
+        &self,
+        guard: &Guarded<Self::Watched>,
+        invalid: &InvalidObject,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        async move {
+            self.plumbing().report_undecodable(guard, invalid).await;
+            Ok(())
+        }
+    }
+}
+
+/// Every controller's entry point: instrumented; an object that decodes goes through
+/// the finalizer to [`Reconciler::apply`] or, deleted, [`Reconciler::withdraw`]; one that
+/// does not is withdrawn and let go when deleted, else [`Reconciler::undecodable`].
+pub async fn reconcile<R: Reconciler>(
+    guard: Arc<Guarded<R::Watched>>,
+    ctx: Arc<R>,
+) -> Result<Action, Error> {
+    let work = async {
+        let ns = guard.namespace().ok_or(Error::NoNamespace)?;
+        let name = guard.name_any();
+        match &guard.0 {
+            Ok(watched) => {
+                let obj = Arc::new(R::object(watched)?);
+                let api: Api<R::Object> = Api::namespaced(ctx.plumbing().client.clone(), &ns);
+                finalizer(&api, R::FINALIZER, obj, |event| async {
+                    match event {
+                        FinalizerEvent::Apply(obj) => ctx.apply(&obj, watched).await,
+                        FinalizerEvent::Cleanup(_) => {
+                            ctx.withdraw(&ns, &name).await?;
+                            Ok(Action::await_change())
+                        }
+                    }
+                })
+                .await
+                .map_err(|e| Error::Finalizer(Box::new(e)))
+            }
+            Err(_) if guard.meta().deletion_timestamp.is_some() => {
+                ctx.withdraw(&ns, &name).await?;
+                ctx.plumbing()
+                    .release_finalizer(&guard, R::FINALIZER)
+                    .await?;
+                Ok(Action::await_change())
+            }
+            Err(invalid) => {
+                ctx.undecodable(&guard, invalid).await?;
+                Ok(Action::await_change())
+            }
+        }
+    };
+    ctx.plumbing().instrument(&guard, work).await
+}
+
+/// Every controller's error policy ([`Plumbing::error_policy`]).
+pub fn error_policy<R: Reconciler>(
+    obj: Arc<Guarded<R::Watched>>,
+    error: &Error,
+    ctx: Arc<R>,
+) -> Action {
+    ctx.plumbing().error_policy(&obj, error)
 }
 
 /// The category of an error that went through kube-runtime's finalizer helper.

@@ -4,7 +4,7 @@
 //! publication and status) → [`publish`] (the entry) → status (server-side apply, only
 //! when changed) → Events on `Ready` flips.
 //!
-//! Contract: only [`cleanup`] (the resource is being deleted) removes the entry; a
+//! Contract: only [`withdraw`] (the resource is being deleted) removes the entry; a
 //! resource that does not validate or does not decode is held with its last good
 //! configuration.
 
@@ -54,7 +54,10 @@ async fn dereference(obj: &WebhookEndpoint, ns: &str, ctx: &Context) -> Result<O
     // From the shared watch's store, not a GET: a reconcile costs the API server nothing
     // but its status write. Until the store's first list is in, an absent secret would be
     // a false "not found" (not kube's `wait_until_ready`: see `crate::listed`).
-    ctx.secrets.ready().await.map_err(|_| Error::StoreGone)?;
+    ctx.secrets
+        .ready()
+        .await
+        .map_err(|e| Error::other("store", "the SigningSecret store", e))?;
     let name = &obj.spec.secret_ref.name;
     // One that does not decode counts as one without a usable key.
     let secret =
@@ -203,32 +206,25 @@ async fn announce(
     }
 }
 
-pub(super) async fn cleanup(obj: &WebhookEndpoint, ctx: &Context) -> Result<Action, Error> {
-    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
-    let key = EndpointKey::new(&ns, &obj.name_any());
+/// The resource is being deleted (decoded or not): its entry goes, and the dispatchers
+/// drop its lanes.
+pub(super) async fn withdraw(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
+    let key = EndpointKey::new(ns, name);
     nats::delete_if_present(&ctx.config_kv, &key.config_key()).await?;
     ctx.states.remove(&key);
     tracing::info!(endpoint = %key, "endpoint deleted; configuration withdrawn");
-    Ok(Action::await_change())
+    Ok(())
 }
 
-/// An object that does not decode: deleted → clean up and let it go; present → hold its
-/// last good configuration and say why.
-pub(super) async fn undecodable(
+/// An object that does not decode and is not being deleted: hold its last good
+/// configuration and say why.
+pub(super) async fn hold_undecodable(
     guard: &Guarded,
     invalid: &InvalidObject,
     ctx: &Context,
-) -> Result<Action, Error> {
+) -> Result<(), Error> {
     let ns = guard.namespace().ok_or(Error::NoNamespace)?;
     let key = EndpointKey::new(&ns, &guard.name_any());
-    if guard.meta().deletion_timestamp.is_some() {
-        nats::delete_if_present(&ctx.config_kv, &key.config_key()).await?;
-        ctx.states.remove(&key);
-        ctx.plumbing
-            .release_finalizer(guard, names::ENDPOINT_FINALIZER)
-            .await?;
-        return Ok(Action::await_change());
-    }
     let why = Invalid::new(
         herald_core::names::reason::INVALID_SPEC,
         format!("Herald cannot read this object: {invalid}"),
@@ -239,5 +235,5 @@ pub(super) async fn undecodable(
     let raw = current.as_ref().map(|(raw, _)| raw.as_slice());
     publish(ctx, &key, raw, &publication).await?;
     ctx.plumbing.report_undecodable(guard, invalid).await;
-    Ok(Action::await_change())
+    Ok(())
 }

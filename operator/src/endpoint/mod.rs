@@ -32,16 +32,15 @@ use futures::{Stream, StreamExt};
 use herald_core::names;
 use herald_core::ssrf::AddressPolicy;
 use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
+use kube::ResourceExt;
+use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{self, Event as Finalizer, finalizer};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
 
 use crate::health;
 use crate::metrics::EndpointStates;
-use crate::nats;
-use crate::reconcile::{self, Categorized, Plumbing};
+use crate::reconcile::{self, Plumbing};
 
 pub const KIND: &str = "WebhookEndpoint";
 
@@ -51,33 +50,7 @@ pub use cached::Cached;
 /// not be.
 pub type Guarded = reconcile::Guarded<Cached>;
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Nats(#[from] nats::Error),
-    #[error("object has no namespace")]
-    NoNamespace,
-    #[error("the SigningSecret store stopped")]
-    StoreGone,
-    #[error("decoding the cached spec: {0}")]
-    Cache(#[source] serde_json::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<finalizer::Error<Error>>),
-}
-
-impl Categorized for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "kube",
-            Error::Nats(_) => "nats",
-            Error::NoNamespace => "invalid",
-            Error::StoreGone | Error::Cache(_) => "store",
-            Error::Finalizer(e) => reconcile::finalizer_category(e),
-        }
-    }
-}
+pub use reconcile::Error;
 
 pub struct Context {
     pub plumbing: Plumbing<Cached>,
@@ -93,37 +66,32 @@ pub struct Context {
     pub secrets: crate::listed::Listed<reconcile::Guarded<SigningSecret>>,
 }
 
-/// The controller's entry point.
-pub async fn reconcile(guard: Arc<Guarded>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let work = async {
-        match &guard.0 {
-            Ok(cached) => reconcile_decoded(cached, &ctx).await,
-            Err(invalid) => apply::undecodable(&guard, invalid, &ctx).await,
-        }
-    };
-    ctx.plumbing.instrument(&guard, work).await
-}
+impl reconcile::Reconciler for Context {
+    type Watched = Cached;
+    type Object = WebhookEndpoint;
+    const FINALIZER: &'static str = names::ENDPOINT_FINALIZER;
 
-async fn reconcile_decoded(cached: &Cached, ctx: &Context) -> Result<Action, Error> {
-    let ns = cached.namespace().ok_or(Error::NoNamespace)?;
-    let obj = Arc::new(cached.endpoint().map_err(Error::Cache)?);
-    finalizer(
-        &Api::<WebhookEndpoint>::namespaced(ctx.plumbing.client.clone(), &ns),
-        names::ENDPOINT_FINALIZER,
-        obj,
-        |event| async {
-            match event {
-                Finalizer::Apply(obj) => apply::apply(&obj, &cached.status, ctx).await,
-                Finalizer::Cleanup(obj) => apply::cleanup(&obj, ctx).await,
-            }
-        },
-    )
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
-}
+    fn plumbing(&self) -> &Plumbing<Cached> {
+        &self.plumbing
+    }
 
-pub fn error_policy(obj: Arc<Guarded>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.plumbing.error_policy(&obj, error)
+    fn object(cached: &Cached) -> Result<WebhookEndpoint, Error> {
+        cached
+            .endpoint()
+            .map_err(|e| Error::other("store", "decoding the cached spec", e))
+    }
+
+    async fn apply(&self, obj: &WebhookEndpoint, cached: &Cached) -> Result<Action, Error> {
+        apply::apply(obj, &cached.status, self).await
+    }
+
+    async fn withdraw(&self, namespace: &str, name: &str) -> Result<(), Error> {
+        apply::withdraw(self, namespace, name).await
+    }
+
+    async fn undecodable(&self, guard: &Guarded, invalid: &InvalidObject) -> Result<(), Error> {
+        apply::hold_undecodable(guard, invalid, self).await
+    }
 }
 
 /// The endpoints using SigningSecret `secret`, from the controller's store.
@@ -179,7 +147,7 @@ pub async fn run(
         .reconcile_on(resync::triggers(reader.clone()))
         .trigger_backoff(reconcile::watch_backoff())
         .graceful_shutdown_on(stop.clone())
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|_| async {});
     let health_writer = Controller::for_shared_stream(subscriber, reader.clone())
         .with_config(reconcile::controller_config())

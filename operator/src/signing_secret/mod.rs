@@ -26,20 +26,19 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use herald_core::dataplane::keyset_key;
 use herald_core::names;
-use herald_core::signing::{KeyError, generate_whsec};
+use herald_core::signing::generate_whsec;
 use herald_core::v1alpha1::SigningSecret;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::{self, Event as Finalizer, finalizer};
 use kube::runtime::reflector::Store;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::nats;
-use crate::reconcile::{self, Categorized, Plumbing};
+use crate::reconcile::{self, Plumbing};
 use keys::Keys;
 
 pub const KIND: &str = "SigningSecret";
@@ -47,85 +46,38 @@ pub const KIND: &str = "SigningSecret";
 /// A `SigningSecret` as watched: decoded, or the reason it could not be.
 pub type Guarded = reconcile::Guarded<SigningSecret>;
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Nats(#[from] nats::Error),
-    #[error("generating a key: {0}")]
-    KeyGen(#[source] KeyError),
-    #[error("object has no namespace")]
-    NoNamespace,
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<finalizer::Error<Error>>),
-}
-
-impl Categorized for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "kube",
-            Error::Nats(_) => "nats",
-            Error::KeyGen(_) => "keygen",
-            Error::NoNamespace => "invalid",
-            Error::Finalizer(e) => reconcile::finalizer_category(e),
-        }
-    }
-}
+pub use reconcile::Error;
 
 pub struct Context {
     pub plumbing: Plumbing<SigningSecret>,
     pub config_kv: async_nats::jetstream::kv::Store,
 }
 
-pub async fn reconcile(guard: Arc<Guarded>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let work = async {
-        match &guard.0 {
-            Ok(obj) => reconcile_decoded(Arc::new(obj.clone()), &ctx).await,
-            Err(invalid) => {
-                if guard.meta().deletion_timestamp.is_some() {
-                    let ns = guard.namespace().ok_or(Error::NoNamespace)?;
-                    withdraw(&ctx, &ns, &guard.name_any()).await?;
-                    ctx.plumbing
-                        .release_finalizer(&guard, names::SIGNING_SECRET_FINALIZER)
-                        .await?;
-                } else {
-                    ctx.plumbing.report_undecodable(&guard, invalid).await;
-                }
-                Ok(Action::await_change())
-            }
-        }
-    };
-    ctx.plumbing.instrument(&guard, work).await
-}
+// A finalizer because the key set lives outside Kubernetes: key material must not outlive
+// its SigningSecret in `herald-config`. The Secret itself is garbage-collected through
+// its owner reference.
+impl reconcile::Reconciler for Context {
+    type Watched = SigningSecret;
+    type Object = SigningSecret;
+    const FINALIZER: &'static str = names::SIGNING_SECRET_FINALIZER;
 
-async fn reconcile_decoded(obj: Arc<SigningSecret>, ctx: &Context) -> Result<Action, Error> {
-    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
-    // A finalizer because the key set lives outside Kubernetes: key material must not
-    // outlive its SigningSecret in `herald-config`. The Secret itself is garbage-collected
-    // through its owner reference.
-    let api = ctx.plumbing.api(&ns);
-    finalizer(&api, names::SIGNING_SECRET_FINALIZER, obj, |event| async {
-        match event {
-            Finalizer::Apply(obj) => apply(&obj, ctx).await,
-            Finalizer::Cleanup(obj) => {
-                withdraw(ctx, &ns, &obj.name_any()).await?;
-                Ok(Action::await_change())
-            }
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
-}
+    fn plumbing(&self) -> &Plumbing<SigningSecret> {
+        &self.plumbing
+    }
 
-pub fn error_policy(obj: Arc<Guarded>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.plumbing.error_policy(&obj, error)
-}
+    fn object(watched: &SigningSecret) -> Result<SigningSecret, Error> {
+        Ok(watched.clone())
+    }
 
-/// Removes the key set from `herald-config`.
-async fn withdraw(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
-    nats::delete_if_present(&ctx.config_kv, &keyset_key(ns, name)).await?;
-    Ok(())
+    async fn apply(&self, obj: &SigningSecret, _: &SigningSecret) -> Result<Action, Error> {
+        apply(obj, self).await
+    }
+
+    /// Removes the key set from `herald-config`.
+    async fn withdraw(&self, namespace: &str, name: &str) -> Result<(), Error> {
+        nats::delete_if_present(&self.config_kv, &keyset_key(namespace, name)).await?;
+        Ok(())
+    }
 }
 
 async fn apply(obj: &SigningSecret, ctx: &Context) -> Result<Action, Error> {
@@ -149,7 +101,7 @@ async fn apply(obj: &SigningSecret, ctx: &Context) -> Result<Action, Error> {
     // Decide.
     let stored = keys::stored(existing.as_ref());
     let outcome = plan::decide(obj, &secret_name, stored, Timestamp::now(), generate_whsec)
-        .map_err(Error::KeyGen)?;
+        .map_err(|e| Error::other("keygen", "generating a key", e))?;
 
     // Write: the Secret first, so the published keys are always ones it holds.
     if let Some(keys) = &outcome.keys {
@@ -255,7 +207,7 @@ pub async fn run(
     controller
         .trigger_backoff(reconcile::watch_backoff())
         .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }
