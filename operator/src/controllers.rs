@@ -187,12 +187,26 @@ impl Term {
             health: board,
             states: states.clone(),
         };
+        // One watch of `WebhookEndpoint`s, one store: the endpoint controller and the
+        // health writer both follow it.
+        let (reader, store_writer) = reflector::store_shared(1024);
+        let Some(subscriber) = store_writer.subscribe() else {
+            tracing::error!("a shared store always has subscribers");
+            return;
+        };
+        let watched = endpoint::watch(setup.client.clone(), namespace.as_deref(), store_writer);
         tasks.spawn(endpoint::run(
             Arc::new(endpoints),
-            writer,
-            health_rx,
+            watched,
+            reader.clone(),
             secret_events,
-            namespace.clone(),
+            stop.clone(),
+        ));
+        tasks.spawn(health::writer::run(
+            writer,
+            subscriber,
+            reader,
+            health_rx,
             stop.clone(),
         ));
         let replays = replay::Context {

@@ -1,5 +1,5 @@
 //! The harness of the fault suite (`e2e/tests/fault_suite.rs` and
-//! `e2e/tests/fault_suite_control.rs`, issue 10 "No accepted event is lost"): dispatcher
+//! `e2e/tests/fault_suite_control.rs`, "no accepted event is lost"): dispatcher
 //! and operator processes to SIGKILL, stop and restart ([`Dispatchers`], [`Operators`]), a numbered event stream published at a steady rate that remembers
 //! which events JetStream acknowledged and when ([`publish_stream`]), the accounting of
 //! what each endpoint's receiver got against that ([`account`]), evidence about lost

@@ -27,7 +27,6 @@ pub mod validate;
 
 use std::sync::Arc;
 
-use futures::channel::mpsc::UnboundedReceiver;
 use futures::{Stream, StreamExt};
 use herald_core::names;
 use herald_core::ssrf::AddressPolicy;
@@ -38,7 +37,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 
-use crate::health;
 use crate::metrics::EndpointStates;
 use crate::reconcile::{self, Plumbing};
 
@@ -113,51 +111,42 @@ fn using(
         .collect()
 }
 
-/// Runs the endpoint controller and the health writer on one shared watch of
-/// `WebhookEndpoint`s until `stop` resolves. `health` triggers the health writer for an
-/// endpoint whose published health changed.
-pub async fn run(
-    ctx: Arc<Context>,
-    writer: health::writer::Parts,
-    health: UnboundedReceiver<ObjectRef<Guarded>>,
-    signing_secrets: impl Stream<Item = Arc<reconcile::Guarded<SigningSecret>>> + Send + 'static,
-    namespace: Option<String>,
-    stop: impl Future<Output = ()> + Send + Sync + Clone + 'static,
-) {
-    let client = ctx.plumbing.client.clone();
-    let (reader, store_writer) = reflector::store_shared(1024);
-    let Some(subscriber) = store_writer.subscribe() else {
-        tracing::error!("a shared store always has subscribers");
-        return;
-    };
+/// The shared watch of `WebhookEndpoint`s in `namespace` (all when `None`), kept slim in
+/// `store_writer`'s store, and only the events worth a reconcile ([`relevance`]). Other
+/// controllers follow the same store through its subscribers (the health writer).
+pub fn watch(
+    client: kube::Client,
+    namespace: Option<&str>,
+    store_writer: reflector::store::Writer<Guarded>,
+) -> impl Stream<Item = Result<Guarded, watcher::Error>> + Send + 'static {
     let endpoints = watcher(
-        crate::scoped_api::<Guarded>(client.clone(), namespace.as_deref()),
+        crate::scoped_api::<Guarded>(client, namespace),
         watcher::Config::default(),
     )
     .backoff(reconcile::watch_backoff())
     .modify(cached::slim)
     .reflect_shared(store_writer);
-    let endpoints = relevance::changed(endpoints);
+    relevance::changed(endpoints)
+}
+
+/// Runs the endpoint controller on `endpoints` (from [`watch`]) until `stop` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    endpoints: impl Stream<Item = Result<Guarded, watcher::Error>> + Send + 'static,
+    reader: reflector::Store<Guarded>,
+    signing_secrets: impl Stream<Item = Arc<reconcile::Guarded<SigningSecret>>> + Send + 'static,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let store = reader.clone();
-    let endpoint_controller = Controller::for_stream(endpoints, reader.clone())
+    Controller::for_stream(endpoints, reader.clone())
         .with_config(reconcile::controller_config())
         // A SigningSecret that appears or changes re-validates the endpoints using it.
         .watches_shared_stream(signing_secrets, move |secret| using(&store, &secret))
         // DNS answers change: every endpoint is re-checked once per `resync::PERIOD`.
-        .reconcile_on(resync::triggers(reader.clone()))
+        .reconcile_on(resync::triggers(reader))
         .trigger_backoff(reconcile::watch_backoff())
-        .graceful_shutdown_on(stop.clone())
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|_| async {});
-    let health_writer = Controller::for_shared_stream(subscriber, reader.clone())
-        .with_config(reconcile::controller_config())
-        .reconcile_on(health)
         .graceful_shutdown_on(stop)
-        .run(
-            health::writer::reconcile,
-            health::writer::error_policy,
-            Arc::new(writer.into_context(reader)),
-        )
-        .for_each(|_| async {});
-    futures::join!(endpoint_controller, health_writer);
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
 }

@@ -87,6 +87,26 @@ pub struct Context {
     endpoints: Store<Guarded>,
 }
 
+/// Runs the health writer until `stop` resolves: on the endpoint controller's shared
+/// store (`endpoints`, the store's subscription), for the endpoints `triggers` names
+/// (their published health changed).
+pub async fn run(
+    parts: Parts,
+    endpoints: impl futures::Stream<Item = Arc<Guarded>> + Send + 'static,
+    store: Store<Guarded>,
+    triggers: impl futures::Stream<Item = ObjectRef<Guarded>> + Send + 'static,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    use futures::StreamExt;
+    kube::runtime::Controller::for_shared_stream(endpoints, store.clone())
+        .with_config(crate::reconcile::controller_config())
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, Arc::new(parts.into_context(store)))
+        .for_each(|_| async {})
+        .await;
+}
+
 pub async fn reconcile(guard: Arc<Guarded>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.plumbing.instrument(&guard, write(&guard, &ctx)).await
 }

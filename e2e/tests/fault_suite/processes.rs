@@ -1,0 +1,294 @@
+//! a–d: dispatchers killed and scaled, NATS restarted, a cluster node killed.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_kill_9_with_retries_pending_loses_nothing() {
+    let _faults = fault_lock().await;
+    let (count, rate, kills) = sized((9000, 300.0, 3), (30_000, 500.0, 8));
+    let mut s = Scenario::new(private_env(), "kill9", 1, standard_endpoints()).await;
+    s.dispatchers.start("kill9-d0");
+    s.warm_up().await;
+    let (publisher, progress) = s.stream(0, count, rate);
+    let mut pending_at_kills = Vec::new();
+    let mut before = s.counts();
+    for k in 0..kills {
+        progress_at(&progress, count * (k + 1) / (kills + 3)).await;
+        let Some(pending) = s
+            .until_delivering(&before, 50, Duration::from_secs(5))
+            .await
+        else {
+            break;
+        };
+        s.dispatchers.kill("kill9-d0");
+        s.dispatchers.start("kill9-d0");
+        before = s.counts();
+        pending_at_kills.push(pending);
+        s.say(&format!(
+            "kill -9 #{} after {} published, {pending} retries pending on /flaky; restarted",
+            k + 1,
+            progress.load(Ordering::SeqCst)
+        ));
+    }
+    let published = publisher.await.expect("publisher");
+    s.say(&format!("published {count} in {:.1?}", published.elapsed));
+    s.finish(
+        published,
+        "a. dispatcher kill -9 + restart",
+        &format!("{kills}× kill -9 of the only dispatcher, restarted at once"),
+        &format!(
+            "{rate}/s; retries pending on /flaky at the kills: {pending_at_kills:?}; \
+             each restart waits for the lease TTL (10 s)"
+        ),
+        Duration::from_secs(120),
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// b. nats-server restart
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b_nats_server_restart_loses_nothing() {
+    let _faults = fault_lock().await;
+    let (count, rate, restarts) = sized((4500, 300.0, 2), (20_000, 500.0, 6));
+    let env = private_env();
+    let mut s = Scenario::new(env, "natsrestart", 1, standard_endpoints()).await;
+    s.dispatchers.start("natsrestart-d0");
+    s.warm_up().await;
+    let (publisher, progress) = s.stream(0, count, rate);
+    let mut took = Vec::new();
+    let mut before = s.counts();
+    for k in 0..restarts {
+        progress_at(&progress, count * (k + 1) / (restarts + 1)).await;
+        let Some(pending) = s
+            .until_delivering(&before, 50, Duration::from_secs(5))
+            .await
+        else {
+            break;
+        };
+        let started = Instant::now();
+        tokio::task::spawn_blocking(move || env.restart_nats())
+            .await
+            .expect("restart");
+        took.push(format!("{:.1}", started.elapsed().as_secs_f64()));
+        before = s.counts();
+        s.say(&format!(
+            "nats-server restarted (#{}, {pending} retries pending on /flaky) in {:.1?}",
+            k + 1,
+            started.elapsed()
+        ));
+    }
+    let published = publisher.await.expect("publisher");
+    s.finish(
+        published,
+        "b. nats-server restart",
+        &format!("{restarts}× restart of the (single) nats-server, same store"),
+        &format!("{rate}/s; restarts took {} s", took.join(", ")),
+        Duration::from_secs(120),
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// c. kill -9 of a stream leader in a 3-node cluster
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_nats_cluster_leader_kill_9_loses_nothing() {
+    let _faults = fault_lock().await;
+    let (count, rate) = sized((4500, 300.0), (20_000, 400.0));
+    let env = private_cluster_env();
+    let mut s = Scenario::new(env, "cluster", 3, standard_endpoints()).await;
+    s.dispatchers.start("cluster-d0");
+    s.warm_up().await;
+    let (publisher, progress) = s.stream(0, count, rate);
+    let mut injected = Vec::new();
+    let mut before = s.counts();
+    let victims = sized(
+        vec![DELIVERIES_STREAM, EVENTS_STREAM],
+        vec![
+            DELIVERIES_STREAM,
+            EVENTS_STREAM,
+            DELIVERIES_STREAM,
+            EVENTS_STREAM,
+        ],
+    );
+    let rounds = victims.len() as u64;
+    for (k, stream) in victims.into_iter().enumerate() {
+        progress_at(&progress, count * (k as u64 + 1) / (rounds + 2)).await;
+        let Some(pending) = s
+            .until_delivering(&before, 50, Duration::from_secs(5))
+            .await
+        else {
+            break;
+        };
+        let leader = eventually(
+            &format!("{stream} to have a leader"),
+            Duration::from_secs(30),
+            || stream_leader(&s.dp.js, stream),
+        )
+        .await;
+        let node = env
+            .nats_node_index(&leader)
+            .unwrap_or_else(|| panic!("{leader} is not a testenv node"));
+        let killed_at = Instant::now();
+        tokio::task::spawn_blocking(move || env.kill_nats_node(node))
+            .await
+            .expect("kill");
+        let acked_then = progress.load(Ordering::SeqCst);
+        s.say(&format!(
+            "kill -9 of node {leader}, leader of {stream} ({pending} retries pending on /flaky)"
+        ));
+        // Down for at least 3 s and until 300 more events were accepted without it.
+        eventually(
+            "publishing to go on without the killed node",
+            Duration::from_secs(60),
+            || async {
+                (progress.load(Ordering::SeqCst) >= (acked_then + 300).min(count)).then_some(())
+            },
+        )
+        .await;
+        tokio::time::sleep_until((killed_at + Duration::from_secs(3)).into()).await;
+        let down = killed_at.elapsed();
+        tokio::task::spawn_blocking(move || env.start_nats_node(node))
+            .await
+            .expect("start");
+        before = s.counts();
+        s.say(&format!(
+            "node {leader} back after {:.1?} down (healthy after {:.1?})",
+            down,
+            killed_at.elapsed()
+        ));
+        injected.push(format!(
+            "{stream} leader {leader}, {:.0} s down",
+            down.as_secs_f64()
+        ));
+    }
+    let published = publisher.await.expect("publisher");
+    s.finish(
+        published,
+        "c. NATS cluster node kill -9",
+        &format!(
+            "kill -9 of the node leading: {}; each restarted",
+            injected.join("; ")
+        ),
+        &format!("{rate}/s; R3 streams; dispatcher given all 3 node URLs"),
+        Duration::from_secs(120),
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// d. scaling 1 -> 3 -> 1 with a SIGKILL among them
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d_scaling_one_three_one_with_a_kill_loses_nothing() {
+    let _faults = fault_lock().await;
+    let (count, rate) = sized((6000, 300.0), (24_000, 400.0));
+    let mut s = Scenario::new(private_env(), "scale", 1, standard_endpoints()).await;
+    let ids = ["scale-d0", "scale-d1", "scale-d2"];
+    s.dispatchers.start(ids[0]);
+    s.warm_up().await;
+    let (publisher, progress) = s.stream(0, count, rate);
+    let mut story = Vec::new();
+
+    progress_at(&progress, count / 8).await;
+    s.dispatchers.start(ids[1]);
+    s.dispatchers.start(ids[2]);
+    s.say("scaled 1 → 3");
+    // The new replicas take their shards over once the old owner has drained them.
+    let owners = eventually(
+        "the new replicas to own shards",
+        Duration::from_secs(30),
+        || async {
+            let owners = shard_owners(&s.dp.js).await;
+            let spread =
+                owners.values().any(|o| o != ids[0]) && owners.len() == TEST_SHARDS as usize;
+            spread.then_some(owners)
+        },
+    )
+    .await;
+    story.push(format!(
+        "1→3 (owners {:?})",
+        owners.values().collect::<Vec<_>>()
+    ));
+    s.say(&format!("shard owners {owners:?}"));
+
+    progress_at(&progress, count * 3 / 8).await;
+    let before = s.counts();
+    s.until_delivering(&before, 20, Duration::from_secs(3))
+        .await;
+    let leases = shard_leases(&s.dp.js).await;
+    let owners: std::collections::BTreeMap<u32, String> =
+        leases.iter().map(|(s, (o, _))| (*s, o.clone())).collect();
+    // The victim: the new replica that delivers the ordered endpoint, else any endpoint.
+    let victim = ["ordered", "flaky", "fresh"]
+        .iter()
+        .filter_map(|name| owners.get(&s.shard(name)))
+        .find(|o| o.as_str() != ids[0])
+        .cloned()
+        .unwrap_or_else(|| ids[1].to_owned());
+    let victim_shards: Vec<u32> = owners
+        .iter()
+        .filter(|(_, o)| **o == victim)
+        .map(|(s, _)| *s)
+        .collect();
+    s.dispatchers.kill(&victim);
+    s.dispatchers.start(&victim);
+    s.say(&format!(
+        "kill -9 of {victim} (shards {victim_shards:?}); restarted"
+    ));
+    story.push(format!(
+        "kill -9 {victim} (shards {victim_shards:?}) + restart"
+    ));
+    // Its leases expire (TTL), then it takes its shards back: a lease of the victim with
+    // a revision the dead process never wrote.
+    let dead: std::collections::BTreeSet<u64> = leases
+        .values()
+        .filter(|(o, _)| *o == victim)
+        .map(|(_, r)| *r)
+        .collect();
+    let back = tokio::time::timeout(Duration::from_secs(40), async {
+        loop {
+            let now = shard_leases(&s.dp.js).await;
+            if now.values().any(|(o, r)| *o == victim && !dead.contains(r)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    s.say(&format!(
+        "the restarted replica owns shards again: {}",
+        back.is_ok()
+    ));
+
+    progress_at(&progress, count * 6 / 8).await;
+    let other = ids[1..]
+        .iter()
+        .find(|id| **id != victim)
+        .copied()
+        .unwrap_or(ids[2]);
+    let first = s.dispatchers.stop(other).await;
+    let second = s.dispatchers.stop(&victim).await;
+    s.say(&format!(
+        "scaled 3 → 1: SIGINT {other} (exited after {first:.1?}), {victim} ({second:.1?})"
+    ));
+    story.push(format!(
+        "3→1 by SIGINT ({other} {:.1} s, {victim} {:.1} s to drain)",
+        first.as_secs_f64(),
+        second.as_secs_f64()
+    ));
+    let published = publisher.await.expect("publisher");
+    s.finish(
+        published,
+        "d. scale 1→3→1 + kill -9",
+        &story.join("; "),
+        &format!("{rate}/s"),
+        Duration::from_secs(120),
+    )
+    .await;
+}
