@@ -45,8 +45,8 @@ use herald_core::dataplane::{BucketKey, DELIVERIES_STREAM, EVENTS_STREAM, Endpoi
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, TEST_SHARDS, endpoint};
 use herald_e2e::faults::{
     Dispatchers, LaneTap, Outcome, Published, Row, StreamSpec, account, await_delivery,
-    dump_receipts, explain_lost, misordered_ranges, pending_retries, publish_stream, shard_leases,
-    shard_owners, stream_leader,
+    dump_receipts, explain_lost, misordered_ranges, pending_retries, progress_at, publish_stream,
+    shard_leases, shard_owners, stream_leader,
 };
 use herald_e2e::receiver::{Answer, Behavior, Chaos, Fault, Receiver};
 use herald_e2e::{TestEnv, eventually, fault_lock, private_cluster_env, private_env};
@@ -470,14 +470,4 @@ impl Scenario {
         );
         row
     }
-}
-
-/// Waits until the publisher has done `n` events.
-async fn progress_at(progress: &AtomicU64, n: u64) {
-    eventually(
-        &format!("{n} events published"),
-        Duration::from_secs(120),
-        || async move { (progress.load(Ordering::SeqCst) >= n).then_some(()) },
-    )
-    .await;
 }

@@ -35,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use herald_core::dataplane::{EndpointKey, shard_for};
@@ -45,7 +45,7 @@ use herald_core::v1alpha1::{EndpointState, SigningSecret, WebhookEndpoint, Webho
 use herald_e2e::dataplane::{DataPlane, TEST_SHARDS};
 use herald_e2e::faults::{
     Dispatchers, KvLog, Operators, Outcome, Published, Row, StreamSpec, account, await_delivery,
-    dump_receipts, explain_lost, publish_stream,
+    dump_receipts, explain_lost, progress_at, publish_stream,
 };
 use herald_e2e::receiver::{Behavior, Receiver};
 use herald_e2e::{TestContext, eventually, fault_lock, private_env};
@@ -701,16 +701,6 @@ impl Scenario {
         self.operators.stop_all().await;
         self.ctx.cleanup().await;
     }
-}
-
-/// Waits until the publisher has done `n` events.
-async fn progress_at(progress: &AtomicU64, n: u64) {
-    eventually(
-        &format!("{n} events published"),
-        Duration::from_secs(120),
-        || async move { (progress.load(Ordering::SeqCst) >= n).then_some(()) },
-    )
-    .await;
 }
 
 /// The number of events a stream of `seconds` at [`RATE`] has.

@@ -134,3 +134,13 @@ pub fn publish_stream(
         out
     })
 }
+
+/// Waits (up to 2 minutes) until [`publish_stream`]'s `progress` has counted `n` events.
+pub async fn progress_at(progress: &AtomicU64, n: u64) {
+    crate::eventually(
+        &format!("{n} events published"),
+        Duration::from_secs(120),
+        || async move { (progress.load(Ordering::SeqCst) >= n).then_some(()) },
+    )
+    .await;
+}
