@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::health::coalesce::Pacing;
-use crate::listed::Listed;
+use crate::lean::listed::Listed;
 use crate::metrics::{EndpointStates, Metrics};
 use crate::reconcile::{self, Guarded, Plumbing};
 use crate::{endpoint, health, nats, replay, signing_secret, tenants};
@@ -71,14 +71,14 @@ impl Setup {
             controller: "herald-operator".into(),
             instance: Some(self.identity.clone()),
         };
-        let events = crate::events::Publisher::new(self.client.clone(), reporter);
+        let events = crate::lean::events::Publisher::new(self.client.clone(), reporter);
         Plumbing::new(kind, self.client.clone(), events, self.metrics.clone())
     }
 }
 
 /// The one watch of `SigningSecret`s of a scope: its store (for the SigningSecret
 /// controller, and for the endpoint controller with a readiness signal of its own: see
-/// [`crate::listed`]), the stream that drives it (polled by the SigningSecret controller)
+/// [`crate::lean::listed`]), the stream that drives it (polled by the SigningSecret controller)
 /// and a second subscriber for the endpoint controller.
 #[allow(clippy::type_complexity)]
 fn secret_watch(
@@ -99,7 +99,7 @@ fn secret_watch(
     .backoff(reconcile::watch_backoff())
     .modify(reconcile::slim)
     .reflect_shared(writer);
-    let (listed, reflected) = crate::listed::listed(reader.clone(), reflected);
+    let (listed, reflected) = crate::lean::listed::listed(reader.clone(), reflected);
     let stream = reflected.applied_objects();
     // A shared store always has subscribers; `None` would only mean it was not shared.
     let events = futures::stream::iter(events).flatten();

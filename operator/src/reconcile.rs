@@ -43,7 +43,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::events::Publisher;
+use crate::lean::events::Publisher;
 use crate::metrics::Metrics;
 
 /// An object as watched: decoded, or the reason it could not be.

@@ -20,9 +20,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::build::{self, Publication};
-use super::cached::{self, Recorded};
 use super::validate::{self, Invalid, Lookup};
 use super::{Context, Error, Guarded};
+use crate::lean::cached::{self, Recorded};
 use crate::nats;
 
 /// What validation needs from outside the object.
@@ -53,7 +53,7 @@ async fn dereference(obj: &WebhookEndpoint, ns: &str, ctx: &Context) -> Result<O
     };
     // From the shared watch's store, not a GET: a reconcile costs the API server nothing
     // but its status write. Until the store's first list is in, an absent secret would be
-    // a false "not found" (not kube's `wait_until_ready`: see `crate::listed`).
+    // a false "not found" (not kube's `wait_until_ready`: see `crate::lean::listed`).
     ctx.secrets
         .ready()
         .await

@@ -19,9 +19,7 @@
 
 mod apply;
 pub mod build;
-pub mod cached;
 pub mod observed;
-pub mod relevance;
 pub mod resync;
 pub mod validate;
 
@@ -42,11 +40,8 @@ use crate::reconcile::{self, Plumbing};
 
 pub const KIND: &str = "WebhookEndpoint";
 
-pub use cached::Cached;
-
-/// A `WebhookEndpoint` as watched and kept ([`Cached`]): decoded, or the reason it could
-/// not be.
-pub type Guarded = reconcile::Guarded<Cached>;
+pub use crate::lean::cached::{self, Cached, Guarded};
+use crate::lean::relevance;
 
 pub use reconcile::Error;
 
@@ -61,7 +56,7 @@ pub struct Context {
     pub states: Arc<EndpointStates>,
     /// The `SigningSecret`s of the scope (the shared watch of `crate::controllers`):
     /// reconciles read the endpoint's secret here, not with a GET each.
-    pub secrets: crate::listed::Listed<reconcile::Guarded<SigningSecret>>,
+    pub secrets: crate::lean::listed::Listed<reconcile::Guarded<SigningSecret>>,
 }
 
 impl reconcile::Reconciler for Context {

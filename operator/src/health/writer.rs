@@ -27,7 +27,8 @@ use kube::{Resource, ResourceExt};
 use super::Board;
 use super::coalesce::Prints;
 use crate::conditions;
-use crate::endpoint::{Cached, Guarded, cached, observed};
+use crate::endpoint::{Cached, Guarded, observed};
+use crate::lean::cached;
 use crate::metrics::{self, EndpointStates};
 use crate::reconcile::{Categorized, HEALTH_FIELD_MANAGER, Plumbing};
 

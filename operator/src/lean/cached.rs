@@ -35,7 +35,12 @@ use kube::Resource;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{build, observed};
+use crate::endpoint::build;
+use crate::endpoint::observed;
+
+/// A `WebhookEndpoint` as watched and kept ([`Cached`]): decoded, or the reason it could
+/// not be.
+pub type Guarded = crate::reconcile::Guarded<Cached>;
 
 /// A `WebhookEndpoint` as the operator keeps it (see the module's doc).
 #[derive(Clone, Debug, Deserialize)]
@@ -214,7 +219,7 @@ fn prune(value: &mut Value, defaults: &Value) {
 /// endpoint is guarded by it (the finalizer patch tests the list itself) and the watcher
 /// has taken it from the event by then (it resumes from it: an object must decode with
 /// it); 32 bytes twice, here and in the store's key.
-pub fn slim(guard: &mut super::Guarded) {
+pub fn slim(guard: &mut Guarded) {
     crate::reconcile::slim(guard);
     if let Ok(cached) = &mut guard.0 {
         cached.metadata.resource_version = None;
@@ -619,7 +624,7 @@ mod tests {
         let uid = "3f2a1b4c-5d6e-4f70-8a9b-00000000002a";
         object["metadata"]["uid"] = json!(uid);
         let whole: WebhookEndpoint = serde_json::from_value(object.clone()).unwrap();
-        let mut guard: super::super::Guarded = serde_json::from_value(object).unwrap();
+        let mut guard: Guarded = serde_json::from_value(object).unwrap();
         slim(&mut guard);
         let cached = guard.0.unwrap();
         assert_eq!(cached.metadata.uid, None, "not held as text");
@@ -649,7 +654,7 @@ mod tests {
         // The store holds one per endpoint (docs/scale.md): 1,120 bytes of structs for the
         // whole object, 432 for this (the uid as a number instead of 36 bytes of text
         // twice), before any allocation.
-        assert!(std::mem::size_of::<super::super::Guarded>() <= 432);
+        assert!(std::mem::size_of::<Guarded>() <= 432);
         assert!(std::mem::size_of::<Brief>() <= 16);
         let cached: Cached = serde_json::from_value(stored()).unwrap();
         assert!(cached.spec.len() < 512, "{}", cached.spec);

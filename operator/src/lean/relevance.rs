@@ -18,7 +18,7 @@ use herald_core::names;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use super::Guarded;
+use super::cached::Guarded;
 
 /// What makes an endpoint worth reconciling: its spec (generation), the enable
 /// annotation, its finalizers, deletion and uid.
