@@ -15,8 +15,8 @@ use herald_dispatcher::index::Index;
 use serde_json::{Value, json};
 
 use super::receiver::{PathId, Receiver};
-use super::scenarios::Run;
 use super::stats::Percentiles;
+use super::stats::Run;
 use crate::TestEnv;
 use crate::dataplane::{DataPlane, TEST_SECRET, endpoint};
 

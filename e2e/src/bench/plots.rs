@@ -7,7 +7,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::scenarios::Run;
+use super::stats::Run;
 use super::stats::Spread;
 use super::{Options, Results};
 

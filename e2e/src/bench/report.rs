@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::scenarios::Run;
+use super::stats::Run;
 use super::stats::Spread;
 use super::{Case, Options, Results};
 

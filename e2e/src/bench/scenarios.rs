@@ -6,48 +6,11 @@
 use std::time::{Duration, Instant};
 
 use herald_core::dataplane::partition_of;
-use serde::Serialize;
 use serde_json::json;
 
 use super::harness::{Bench, Published, Target, inversions};
 use super::receiver::{Behavior, PathId};
-use super::stats::Percentiles;
-
-/// What one repetition of a scenario measured.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Run {
-    /// Events published.
-    pub events: usize,
-    /// Deliveries the measured endpoints should receive.
-    pub expected: usize,
-    /// Distinct deliveries they received.
-    pub delivered: usize,
-    /// Publish start → last delivery.
-    pub seconds: f64,
-    /// `delivered / seconds`.
-    pub rate: f64,
-    pub publish_seconds: f64,
-    /// Publish sent → first arrival, of every delivery (includes the publish round trip).
-    pub latency: Percentiles,
-    /// Publish acknowledged → first arrival, of every delivery: the brief's latency.
-    pub acked: Percentiles,
-    /// The same, every sample in milliseconds, for figures pooled over runs (not in
-    /// `benchmark.json`).
-    #[serde(skip)]
-    pub samples: Vec<f32>,
-    /// Fan-out: publish sent → the arrival at the event's last endpoint.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub completion: Option<Percentiles>,
-    /// Ordered endpoints: first arrivals that came before an earlier event's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inversions: Option<usize>,
-}
-
-impl Run {
-    pub fn complete(&self) -> bool {
-        self.expected > 0 && self.delivered == self.expected
-    }
-}
+use super::stats::Run;
 
 /// How long to wait for `deliveries` at worst (a debug build on a busy machine).
 fn patience(deliveries: usize) -> Duration {

@@ -1,4 +1,5 @@
-//! Percentiles of one run and the spread of a figure over several runs. Pure.
+//! Percentiles of one run, the spread of a figure over several runs, and what one
+//! repetition of a scenario measured ([`Run`]). Pure.
 
 use std::time::Duration;
 
@@ -78,6 +79,42 @@ impl Spread {
         } else {
             format!("{}{unit}", f(self.median))
         }
+    }
+}
+
+/// What one repetition of a scenario measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Run {
+    /// Events published.
+    pub events: usize,
+    /// Deliveries the measured endpoints should receive.
+    pub expected: usize,
+    /// Distinct deliveries they received.
+    pub delivered: usize,
+    /// Publish start → last delivery.
+    pub seconds: f64,
+    /// `delivered / seconds`.
+    pub rate: f64,
+    pub publish_seconds: f64,
+    /// Publish sent → first arrival, of every delivery (includes the publish round trip).
+    pub latency: Percentiles,
+    /// Publish acknowledged → first arrival, of every delivery: the brief's latency.
+    pub acked: Percentiles,
+    /// The same, every sample in milliseconds, for figures pooled over runs (not in
+    /// `benchmark.json`).
+    #[serde(skip)]
+    pub samples: Vec<f32>,
+    /// Fan-out: publish sent → the arrival at the event's last endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion: Option<Percentiles>,
+    /// Ordered endpoints: first arrivals that came before an earlier event's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inversions: Option<usize>,
+}
+
+impl Run {
+    pub fn complete(&self) -> bool {
+        self.expected > 0 && self.delivered == self.expected
     }
 }
 

@@ -11,22 +11,23 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::serve::{IncomingStream, Listener};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+
+mod chaos;
+mod reset;
+
+pub use chaos::{Chaos, Fault};
+use reset::{Conn, ResettableListener};
 
 /// One request as received.
 #[derive(Debug, Clone)]
@@ -129,83 +130,6 @@ pub enum EventRule {
     FailFirstOfEvery { every: u64, status: u16 },
     /// See [`Chaos`].
     Chaos(Chaos),
-}
-
-/// Random faults, reproducible: the answer to a request is a function of the seed, the
-/// path, the event's `data` (or its `webhook-id` when `data` is not a number) and how
-/// many requests of that event the path has had before — not of arrival order or time,
-/// so the same run of events meets the same faults whatever the timing.
-#[derive(Debug, Clone)]
-pub struct Chaos {
-    pub seed: u64,
-    /// Each fault with its probability in permille; what is left answers 200.
-    pub faults: Vec<(Fault, u32)>,
-    /// After this many faulty answers to one event, it gets 200: every event succeeds
-    /// within `max_faults + 1` attempts, so a finite retry schedule suffices.
-    pub max_faults: u32,
-    /// How long [`Fault::Hang`] holds a request before answering 200 (make it longer
-    /// than the endpoint's timeout).
-    pub hang: Duration,
-    /// How long [`Fault::SlowBody`] takes to send its body.
-    pub slow_body: Duration,
-}
-
-impl Chaos {
-    /// Every fault kind at `permille_each`, at most `max_faults` per event.
-    pub fn uniform(seed: u64, permille_each: u32, max_faults: u32) -> Self {
-        Self {
-            seed,
-            faults: vec![
-                (Fault::Status(500), permille_each),
-                (Fault::Hang, permille_each),
-                (Fault::Reset, permille_each),
-                (Fault::SlowBody, permille_each),
-                (Fault::RetryAfter(1), permille_each),
-            ],
-            max_faults,
-            hang: Duration::from_secs(3),
-            slow_body: Duration::from_millis(300),
-        }
-    }
-
-    /// The fault for the `nth` request (0-based) of `event` on `path`, if any.
-    fn draw(&self, path: &str, event: &str, nth: u32) -> Option<Fault> {
-        let mut h = splitmix(self.seed ^ fnv(path.as_bytes()));
-        h = splitmix(h ^ fnv(event.as_bytes()));
-        h = splitmix(h ^ u64::from(nth));
-        let roll = (h % 1000) as u32;
-        let mut acc = 0;
-        for (fault, permille) in &self.faults {
-            acc += permille;
-            if roll < acc {
-                return Some(*fault);
-            }
-        }
-        None
-    }
-}
-
-/// One kind of random fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// Answer this status.
-    Status(u16),
-    /// Hold the request (past the sender's timeout), then answer 200 if anyone still
-    /// listens.
-    Hang,
-    /// Reset the connection (TCP RST) without answering.
-    Reset,
-    /// Answer 200, sending the body slowly (a success, just a slow one).
-    SlowBody,
-    /// Answer 429 with `Retry-After: <seconds>`.
-    RetryAfter(u64),
-}
-
-impl Fault {
-    /// Whether the sender sees a failure (everything but a slow success).
-    pub fn fails(self) -> bool {
-        !matches!(self, Fault::SlowBody)
-    }
 }
 
 /// What a request was answered.
@@ -623,132 +547,5 @@ async fn handle(
             });
             (StatusCode::OK, Body::from_stream(body)).into_response()
         }
-    }
-}
-
-/// SplitMix64: a tiny, good-enough mixer for seeded decisions (no RNG dependency).
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    herald_core::dataplane::fnv1a(bytes.iter().copied())
-}
-
-/// A listener whose connections can be reset from a handler ([`Conn`]).
-struct ResettableListener(TcpListener);
-
-impl Listener for ResettableListener {
-    type Io = ResettableIo;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match self.0.accept().await {
-                Ok((stream, addr)) => {
-                    let _ = stream.set_nodelay(true);
-                    return (
-                        ResettableIo {
-                            stream,
-                            reset: Arc::new(AtomicBool::new(false)),
-                        },
-                        addr,
-                    );
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.0.local_addr()
-    }
-}
-
-/// A TCP connection that fails every operation once its `reset` flag is set and then
-/// closes with a TCP RST.
-struct ResettableIo {
-    stream: TcpStream,
-    reset: Arc<AtomicBool>,
-}
-
-impl ResettableIo {
-    fn check(&self) -> std::io::Result<()> {
-        if self.reset.load(Ordering::SeqCst) {
-            Err(std::io::ErrorKind::ConnectionReset.into())
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl Drop for ResettableIo {
-    fn drop(&mut self) {
-        if self.reset.load(Ordering::SeqCst) {
-            let _ = self.stream.set_zero_linger();
-        }
-    }
-}
-
-impl AsyncRead for ResettableIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for ResettableIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        this.check()?;
-        Pin::new(&mut this.stream).poll_shutdown(cx)
-    }
-}
-
-/// A handler's handle on its connection: setting the flag resets it.
-#[derive(Clone)]
-struct Conn(Arc<AtomicBool>);
-
-impl Connected<IncomingStream<'_, ResettableListener>> for Conn {
-    fn connect_info(stream: IncomingStream<'_, ResettableListener>) -> Self {
-        Conn(stream.io().reset.clone())
     }
 }
