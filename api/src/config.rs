@@ -35,10 +35,15 @@ pub struct Config {
     /// Most deliveries one list page may hold (`limit` above it is a 400).
     #[arg(long, env = "HERALD_API_MAX_PAGE", default_value_t = 500)]
     pub max_page: usize,
-    /// Most attempt-log records one list request reads (the endpoint's log from `since`,
-    /// newest last); older ones are not listed and the response says so.
-    #[arg(long, env = "HERALD_API_MAX_SCAN", default_value_t = 1_000_000)]
+    /// Most attempt-log records one request reads (a list, a lookup, a redrive of the
+    /// dead). The log is read back from now; a request that reaches the bound answers
+    /// what it found and says how far back it read (`truncated`).
+    #[arg(long, env = "HERALD_API_MAX_SCAN", default_value_t = 200_000)]
     pub max_scan_records: usize,
+    /// Longest one request reads the delivery log, in seconds (the same answer as
+    /// `--max-scan-records` when reached).
+    #[arg(long, env = "HERALD_API_MAX_SCAN_SECONDS", default_value_t = 10.0)]
+    pub max_scan_seconds: f64,
     /// Development only: no authentication and no authorization at all. Refused unless
     /// `--listen` is a loopback address.
     #[arg(long)]
@@ -57,6 +62,10 @@ pub enum ConfigError {
     DevModeNotLoopback(SocketAddr),
     #[error("--rate-per-namespace must be above 0 and --burst-per-namespace at least 1")]
     Rate,
+    #[error(
+        "--max-scan-records must be at least 1 and --max-scan-seconds above 0, not {0} and {1}"
+    )]
+    Scan(usize, f64),
 }
 
 impl Config {
@@ -70,6 +79,15 @@ impl Config {
             || self.burst_per_namespace == 0
         {
             return Err(ConfigError::Rate);
+        }
+        if self.max_scan_records == 0
+            || self.max_scan_seconds.is_nan()
+            || self.max_scan_seconds <= 0.0
+        {
+            return Err(ConfigError::Scan(
+                self.max_scan_records,
+                self.max_scan_seconds,
+            ));
         }
         Ok(())
     }

@@ -147,86 +147,164 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
-/// Folds records (in log order) and queued messages into deliveries, newest event first.
-/// Records and messages above the cursor's sequences still make an event listed (it was
-/// queued when the first page was read) but do not change its state.
+/// What a listing keeps of an event's newest record (not its response snippet).
+#[derive(Clone, Copy)]
+struct Brief {
+    seq: u64,
+    state: DeliveryState,
+    http_status: Option<u16>,
+    latency_ms: u64,
+    time_ms: u64,
+    next_attempt_ms: Option<u64>,
+}
+
+#[derive(Default)]
+struct Acc {
+    event_type: Option<String>,
+    newest: Option<Brief>,
+    attempts: u32,
+    queued_ms: u64,
+}
+
+/// Records and queued messages folded into one summary per event as they are read, in
+/// any order (the newest record is the one with the highest log sequence). Events a
+/// page cannot hold — at or after the cursor's position, outside the filter's time
+/// bounds — are not kept. Records and messages above the cursor's sequences still make
+/// an event listed (it was queued when the first page was read) but do not change its
+/// state.
+pub struct Fold<'a> {
+    at: &'a Cursor,
+    since_ms: u64,
+    until_ms: u64,
+    by_id: HashMap<Arc<str>, Acc>,
+}
+
+impl<'a> Fold<'a> {
+    pub fn new(at: &'a Cursor, filter: &Filter) -> Self {
+        Self {
+            at,
+            since_ms: filter.since_ms.unwrap_or(0),
+            until_ms: filter.until_ms.unwrap_or(u64::MAX),
+            by_id: HashMap::new(),
+        }
+    }
+
+    fn entry(&mut self, id: &Arc<str>) -> Option<&mut Acc> {
+        let published = event_published_ms(id).unwrap_or_default();
+        let wanted = self.at.after.as_deref().is_none_or(|after| &**id < after)
+            && (self.since_ms..=self.until_ms).contains(&published);
+        wanted.then(|| self.by_id.entry(id.clone()).or_default())
+    }
+
+    /// Folds in one record and its attempt-log sequence.
+    pub fn record(&mut self, seq: u64, record: AttemptRecord) {
+        let counts = seq <= self.at.attempts_seq;
+        let Some(acc) = self.entry(&record.event_id) else {
+            return;
+        };
+        if acc.event_type.is_none() {
+            acc.event_type = record.event_type;
+        }
+        if counts {
+            acc.attempts += 1;
+            if acc.newest.is_none_or(|n| n.seq <= seq) {
+                acc.newest = Some(Brief {
+                    seq,
+                    state: record.state,
+                    http_status: record.http_status,
+                    latency_ms: record.latency_ms,
+                    time_ms: record.time_ms,
+                    next_attempt_ms: record.next_attempt_ms,
+                });
+            }
+        }
+    }
+
+    /// Folds in one message queued on the endpoint's lanes.
+    pub fn queued(&mut self, q: Queued) {
+        let counts = q.seq <= self.at.lanes_seq;
+        let Some(acc) = self.entry(&q.event_id) else {
+            return;
+        };
+        if acc.event_type.is_none() {
+            acc.event_type = q.event_type;
+        }
+        if counts {
+            acc.queued_ms = acc.queued_ms.max(q.published_ms);
+        }
+    }
+
+    /// How many events published at or after `complete_from_ms` the filter takes: once
+    /// the log is read back to that time, their summaries are final.
+    pub fn complete(&self, filter: &Filter, complete_from_ms: u64, now_ms: u64) -> usize {
+        self.by_id
+            .iter()
+            .filter(|(id, _)| event_published_ms(id).unwrap_or_default() >= complete_from_ms)
+            .filter(|(id, acc)| filter.takes(&delivery(id, acc, now_ms)))
+            .count()
+    }
+
+    /// The summaries of events published at or after `complete_from_ms` (0: all), newest
+    /// event first.
+    pub fn deliveries(self, complete_from_ms: u64, now_ms: u64) -> Vec<Delivery> {
+        let mut out: Vec<Delivery> = self
+            .by_id
+            .iter()
+            .filter(|(id, _)| event_published_ms(id).unwrap_or_default() >= complete_from_ms)
+            .map(|(id, acc)| delivery(id, acc, now_ms))
+            .collect();
+        out.sort_unstable_by(|a, b| b.event_id.cmp(&a.event_id));
+        out
+    }
+}
+
+fn delivery(event_id: &Arc<str>, acc: &Acc, now_ms: u64) -> Delivery {
+    let newest = acc.newest.as_ref();
+    let queued_after = acc.queued_ms > 0 && newest.is_none_or(|r| acc.queued_ms > r.time_ms);
+    let state = match newest {
+        None => State::Pending,
+        Some(_) if queued_after => State::InFlight,
+        Some(r) => match r.state {
+            DeliveryState::Succeeded => State::Succeeded,
+            DeliveryState::Dead => State::Dead,
+            DeliveryState::Retrying if r.next_attempt_ms.is_some_and(|n| n <= now_ms) => {
+                State::InFlight
+            }
+            DeliveryState::Retrying => State::Retrying,
+        },
+    };
+    Delivery {
+        event_id: event_id.clone(),
+        event_type: acc.event_type.clone(),
+        state: state.into(),
+        attempts: acc.attempts,
+        last_status: newest.and_then(|r| r.http_status),
+        last_latency_ms: newest.map(|r| r.latency_ms),
+        last_attempt_time: newest.map(|r| time::from_ms(r.time_ms)),
+        next_attempt_time: newest
+            .filter(|r| r.state == DeliveryState::Retrying)
+            .and_then(|r| r.next_attempt_ms)
+            .map(time::from_ms),
+    }
+}
+
+/// Every record and queued message folded (a test's and a lookup's whole set).
 pub fn summarize(
     records: Vec<Logged>,
     queued: Vec<Queued>,
     at: &Cursor,
     now_ms: u64,
 ) -> Vec<Delivery> {
-    struct Acc {
-        event_type: Option<String>,
-        newest: Option<AttemptRecord>,
-        attempts: u32,
-        queued_after: bool,
-        queued_ms: u64,
-    }
-    let mut by_id: HashMap<Arc<str>, Acc> = HashMap::new();
-    fn entry<'a>(by_id: &'a mut HashMap<Arc<str>, Acc>, id: &Arc<str>) -> &'a mut Acc {
-        by_id.entry(id.clone()).or_insert_with(|| Acc {
-            event_type: None,
-            newest: None,
-            attempts: 0,
-            queued_after: false,
-            queued_ms: 0,
-        })
-    }
+    let everything = Cursor {
+        after: None,
+        ..at.clone()
+    };
+    let mut fold = Fold::new(&everything, &Filter::default());
     for Logged { seq, record } in records {
-        let acc = entry(&mut by_id, &record.event_id);
-        if acc.event_type.is_none() {
-            acc.event_type.clone_from(&record.event_type);
-        }
-        if seq <= at.attempts_seq {
-            acc.attempts += 1;
-            acc.newest = Some(record);
-        }
+        fold.record(seq, record);
     }
-    for q in queued {
-        let acc = entry(&mut by_id, &q.event_id);
-        if acc.event_type.is_none() {
-            acc.event_type = q.event_type;
-        }
-        if q.seq <= at.lanes_seq {
-            acc.queued_ms = acc.queued_ms.max(q.published_ms);
-        }
-    }
-    let mut out: Vec<Delivery> = by_id
-        .into_iter()
-        .map(|(event_id, mut acc)| {
-            let newest = acc.newest.as_ref();
-            acc.queued_after =
-                acc.queued_ms > 0 && newest.is_none_or(|r| acc.queued_ms > r.time_ms);
-            let state = match newest {
-                None => State::Pending,
-                Some(_) if acc.queued_after => State::InFlight,
-                Some(r) => match r.state {
-                    DeliveryState::Succeeded => State::Succeeded,
-                    DeliveryState::Dead => State::Dead,
-                    DeliveryState::Retrying if r.next_attempt_ms.is_some_and(|n| n <= now_ms) => {
-                        State::InFlight
-                    }
-                    DeliveryState::Retrying => State::Retrying,
-                },
-            };
-            Delivery {
-                event_id,
-                event_type: acc.event_type,
-                state: state.into(),
-                attempts: acc.attempts,
-                last_status: newest.and_then(|r| r.http_status),
-                last_latency_ms: newest.map(|r| r.latency_ms),
-                last_attempt_time: newest.map(|r| time::from_ms(r.time_ms)),
-                next_attempt_time: newest
-                    .filter(|r| r.state == DeliveryState::Retrying)
-                    .and_then(|r| r.next_attempt_ms)
-                    .map(time::from_ms),
-            }
-        })
-        .collect();
-    out.sort_unstable_by(|a, b| b.event_id.cmp(&a.event_id));
-    out
+    queued.into_iter().for_each(|q| fold.queued(q));
+    fold.deliveries(0, now_ms)
 }
 
 /// The page after `at.after` of the deliveries `filter` takes.

@@ -15,11 +15,12 @@
 use std::sync::Arc;
 
 use herald_core::dataplane::lane::{LaneMessage, Origin};
-use herald_core::dataplane::{DeliveryState, EndpointConfig, Newest, event_id, event_subject};
+use herald_core::dataplane::{
+    DeliveryState, EndpointConfig, Newest, event_id, event_published_ms, event_subject,
+};
 use herald_core::envelope::{self, HeaderSize};
 use herald_core::pattern::Pattern;
 
-use crate::deliveries::Logged;
 use crate::error::ApiError;
 use crate::store::Store;
 
@@ -119,12 +120,25 @@ pub async fn redeliver(
     publish(store, config, id, stored.published_ms, event.body, origin).await
 }
 
-/// The events whose newest record (in log order) is `dead`.
-pub fn dead_events(records: &[Logged]) -> Vec<Arc<str>> {
-    let newest: Newest = records.iter().map(|logged| &logged.record).collect();
-    let mut dead: Vec<Arc<str>> = newest.events_in(&[DeliveryState::Dead]).cloned().collect();
+/// Most dead deliveries one redrive queues (each is a read of the event store and a
+/// publish); the answer says when more are left.
+pub const MAX_REDRIVE: usize = 1_000;
+
+/// The events published at or after `complete_from_ms` whose newest record is `dead`,
+/// oldest first.
+pub fn dead_events(newest: &Newest, complete_from_ms: u64) -> Vec<Arc<str>> {
+    let mut dead: Vec<Arc<str>> = newest
+        .events_in(&[DeliveryState::Dead])
+        .filter(|id| event_published_ms(id).is_some_and(|ms| ms >= complete_from_ms))
+        .cloned()
+        .collect();
     dead.sort_unstable();
     dead
+}
+
+/// Whether `event_id` names a test event (never stored; see [`test_event_id`]).
+pub fn is_test_event(event_id: &str) -> bool {
+    crate::store::event_sequence(event_id).is_some_and(|seq| seq >= 1 << 63)
 }
 
 /// Queues a test event; returns its id.
@@ -183,34 +197,38 @@ mod tests {
 
     #[test]
     fn only_deliveries_whose_newest_record_is_dead_are_redriven() {
-        let rec = |seq: u64, id: &str, state| Logged {
-            seq,
-            record: AttemptRecord {
-                event_id: id.into(),
-                attempt: 1,
-                time_ms: seq,
-                outcome: AttemptOutcome::HttpError,
-                http_status: Some(500),
-                latency_ms: 1,
-                response: String::new(),
-                state,
-                next_attempt_ms: None,
-                dead_reason: None,
-                replay: None,
-                event_type: None,
-            },
+        let rec = |id: &str, state| AttemptRecord {
+            event_id: id.into(),
+            attempt: 1,
+            time_ms: 1,
+            outcome: AttemptOutcome::HttpError,
+            http_status: Some(500),
+            latency_ms: 1,
+            response: String::new(),
+            state,
+            next_attempt_ms: None,
+            dead_reason: None,
+            replay: None,
+            event_type: None,
         };
-        let records = [
-            rec(1, "a", DeliveryState::Dead),
-            rec(2, "b", DeliveryState::Dead),
-            rec(3, "a", DeliveryState::Succeeded),
-            rec(4, "c", DeliveryState::Retrying),
-            rec(5, "c", DeliveryState::Dead),
-        ];
-        let dead: Vec<String> = dead_events(&records)
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(dead, ["b", "c"]);
+        let (a, b, c) = (event_id(100, 1), event_id(200, 2), event_id(300, 3));
+        let mut newest = Newest::default();
+        // Read back from the newest window: sequences say which record is newer.
+        newest.add(4, &rec(&c, DeliveryState::Retrying));
+        newest.add(5, &rec(&c, DeliveryState::Dead));
+        newest.add(3, &rec(&a, DeliveryState::Succeeded));
+        newest.add(1, &rec(&a, DeliveryState::Dead));
+        newest.add(2, &rec(&b, DeliveryState::Dead));
+        let ids = |from| -> Vec<String> {
+            dead_events(&newest, from)
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        };
+        assert_eq!(ids(0), [b.clone(), c.clone()]);
+        // A read that stopped at 250 knows only events published since.
+        assert_eq!(ids(250), [c]);
+        assert!(is_test_event(&test_event_id(5)));
+        assert!(!is_test_event(&event_id(5, 42)));
     }
 }

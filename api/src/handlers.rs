@@ -122,12 +122,34 @@ pub async fn list_deliveries(
             }
         }
     };
-    // Attempts of events published since `since` are all logged after it.
-    let records = store
-        .records(&config.key(), filter.since_ms.unwrap_or(0))
+    // The log is read back from now, window by window, until the page is certain:
+    // every record of an event published since `t` is logged after `t`, so once the
+    // read is back to `t` the events published since are final. Attempts of events
+    // published since `since` are all logged after it: the read goes no further.
+    let mut fold = deliveries::Fold::new(&cursor, &filter);
+    store
+        .queued(&config, None)
+        .await?
+        .into_iter()
+        .for_each(|q| fold.queued(q));
+    let mut scan = store
+        .scan_back(&config.key(), filter.since_ms.unwrap_or(0), app.budget())
         .await?;
-    let queued = store.queued(&config).await?;
-    let list = deliveries::summarize(records, queued, &cursor, now);
+    while scan
+        .next_window(|seq, record| fold.record(seq, record))
+        .await?
+    {
+        if fold.complete(&filter, scan.read_back_to(), now) > limit {
+            break;
+        }
+    }
+    let complete_from = if scan.complete() {
+        0
+    } else {
+        scan.read_back_to()
+    };
+    let truncated = scan.truncated();
+    let list = fold.deliveries(complete_from, now);
     let mut page = deliveries::page(list, &filter, &cursor, limit);
     // Records written before the dispatcher logged the type: the page's few are looked
     // up in the event store (a direct get each).
@@ -137,6 +159,7 @@ pub async fn list_deliveries(
     Ok(Json(wire::Page {
         items: page.items,
         next_cursor: page.next.map(|c| c.encode()),
+        truncated,
     })
     .into_response())
 }
@@ -150,18 +173,26 @@ pub async fn get_delivery(
     check_event_id(&event_id)?;
     let (attempts_seq, lanes_seq) = store.high_water(&config).await?;
     let published = event_published_ms(&event_id).unwrap_or_default();
-    let records: Vec<_> = store
-        .records(&config.key(), published)
+    // An id claims its publish time; a stored event's is checked against the store, so
+    // a made-up id cannot send the read back through the whole log.
+    if !enqueue::is_test_event(&event_id) && store.event(&ns, &event_id).await?.is_none() {
+        return Err(no_delivery(&ns, &name, &event_id));
+    }
+    // Every record of the event is logged after its publish time.
+    let mut records = Vec::new();
+    let mut scan = store
+        .scan_back(&config.key(), published, app.budget())
+        .await?;
+    while scan
+        .next_window(|seq, record| {
+            if *record.event_id == *event_id {
+                records.push(deliveries::Logged { seq, record });
+            }
+        })
         .await?
-        .into_iter()
-        .filter(|l| *l.record.event_id == *event_id)
-        .collect();
-    let queued: Vec<_> = store
-        .queued(&config)
-        .await?
-        .into_iter()
-        .filter(|q| *q.event_id == *event_id)
-        .collect();
+    {}
+    records.sort_by_key(|l| l.seq);
+    let queued = store.queued(&config, Some(&event_id)).await?;
     let attempts: Vec<wire::Attempt> = records
         .iter()
         .filter(|l| l.seq <= attempts_seq)
@@ -185,12 +216,7 @@ pub async fn get_delivery(
         after: None,
     };
     let Some(delivery) = deliveries::summarize(records, queued, &at, now_ms()).pop() else {
-        return Err(ApiError::not_found(
-            "DeliveryNotFound",
-            format!(
-                "endpoint {name} in namespace {ns} has no delivery of event {event_id} in its log or queue"
-            ),
-        ));
+        return Err(no_delivery(&ns, &name, &event_id));
     };
     let event_type = match delivery.event_type {
         Some(ty) => Some(ty),
@@ -202,8 +228,18 @@ pub async fn get_delivery(
         state: delivery.state,
         next_attempt_time: delivery.next_attempt_time,
         attempts,
+        truncated: scan.truncated(),
     })
     .into_response())
+}
+
+fn no_delivery(ns: &str, name: &str, event_id: &str) -> ApiError {
+    ApiError::not_found(
+        "DeliveryNotFound",
+        format!(
+            "endpoint {name} in namespace {ns} has no delivery of event {event_id} in its log or queue"
+        ),
+    )
 }
 
 /// The type of a stored event, from its subject (`None`: not in the store any more).
@@ -290,10 +326,34 @@ pub async fn redrive_dead(
 ) -> Answer {
     let (store, config) = app.endpoint(&headers, &ns, &name, REDELIVER).await?;
     let request = enqueue::request_id();
-    let records = store.records(&config.key(), 0).await?;
+    // The newest record of each event says whether it is dead; the log is read back
+    // from now, so the newest come first, and with a bound only events published since
+    // where the read stopped are known for certain.
+    let mut newest = herald_core::dataplane::Newest::default();
+    let mut scan = store.scan_back(&config.key(), 0, app.budget()).await?;
+    while scan
+        .next_window(|seq, record| newest.add(seq, &record))
+        .await?
+    {}
+    let complete_from = if scan.complete() {
+        0
+    } else {
+        scan.read_back_to()
+    };
+    let mut truncated = scan.truncated();
+    let mut dead = enqueue::dead_events(&newest, complete_from);
+    drop(newest);
+    if dead.len() > enqueue::MAX_REDRIVE {
+        // The oldest first: what is left is asked for again.
+        dead.truncate(enqueue::MAX_REDRIVE);
+        truncated = Some(wire::Truncated {
+            limit: wire::Limit::Count.into(),
+            read_back_to: truncated.and_then(|t| t.read_back_to),
+        });
+    }
     let mut event_ids = Vec::new();
     let mut skipped = Vec::new();
-    for id in enqueue::dead_events(&records) {
+    for id in dead {
         match enqueue::redeliver(store, &config, &id, &request, app.settings.max_event_bytes).await
         {
             Ok(()) => event_ids.push(id),
@@ -316,6 +376,7 @@ pub async fn redrive_dead(
         count: event_ids.len() as u64,
         event_ids,
         skipped,
+        truncated,
     };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }

@@ -176,7 +176,8 @@ mod tests {
     #[test]
     fn the_shared_answer_types_are_what_the_document_says() {
         use herald_core::api::{
-            Attempt, Delivery, DeliveryDetail, EventAccepted, Page, Queued, Redrive, State, time,
+            Attempt, Delivery, DeliveryDetail, EventAccepted, Limit, Page, Queued, Redrive, State,
+            Truncated, time,
         };
         use herald_core::dataplane::{AttemptOutcome, DeliveryState};
         let doc = document();
@@ -187,6 +188,10 @@ mod tests {
         assert_eq!(
             enum_at(&doc, "/components/schemas/Attempt/properties/outcome/enum"),
             AttemptOutcome::ALL.map(|o| o.as_str().to_owned())
+        );
+        assert_eq!(
+            enum_at(&doc, "/components/schemas/Truncated/properties/limit/enum"),
+            Limit::ALL.map(|l| l.as_str().to_owned())
         );
         let states = [
             DeliveryState::Succeeded,
@@ -224,9 +229,14 @@ mod tests {
         let answers: Vec<(&str, String, u16, Value)> = [true, false]
             .into_iter()
             .flat_map(|set| {
+                let truncated = set.then(|| Truncated {
+                    limit: Limit::Records.into(),
+                    read_back_to: at,
+                });
                 let page = Page {
                     items: vec![delivery(set)],
                     next_cursor: set.then(|| "v1.1.1.msg_1".to_owned()),
+                    truncated: truncated.clone(),
                 };
                 let detail = DeliveryDetail {
                     event_id: "msg_1".into(),
@@ -234,6 +244,7 @@ mod tests {
                     state: State::Dead.into(),
                     next_attempt_time: at.filter(|_| set),
                     attempts: vec![attempt(set)],
+                    truncated: truncated.clone(),
                 };
                 [
                     (
@@ -247,6 +258,21 @@ mod tests {
                         format!("{deliveries}/{{eventId}}"),
                         200,
                         serde_json::to_value(detail),
+                    ),
+                    (
+                        "post",
+                        "/v1/namespaces/{ns}/endpoints/{name}/redrive-dead".to_owned(),
+                        202,
+                        serde_json::to_value(Redrive {
+                            request_id: "req_1".into(),
+                            count: 1,
+                            event_ids: vec!["msg_1".into()],
+                            skipped: vec![],
+                            truncated: truncated.map(|_| Truncated {
+                                limit: Limit::Count.into(),
+                                read_back_to: None,
+                            }),
+                        }),
                     ),
                 ]
             })
@@ -276,17 +302,6 @@ mod tests {
                     serde_json::to_value(Queued {
                         event_id: "msg_1".into(),
                         request_id: "req_1".into(),
-                    }),
-                ),
-                (
-                    "post",
-                    "/v1/namespaces/{ns}/endpoints/{name}/redrive-dead".to_owned(),
-                    202,
-                    serde_json::to_value(Redrive {
-                        request_id: "req_1".into(),
-                        count: 1,
-                        event_ids: vec!["msg_1".into()],
-                        skipped: vec![],
                     }),
                 ),
             ])

@@ -183,6 +183,14 @@ impl App {
         Ok((store, config))
     }
 
+    /// What one request may read of the delivery log.
+    pub fn budget(&self) -> crate::store::Budget {
+        crate::store::Budget::new(
+            self.settings.max_scan_records,
+            std::time::Duration::from_secs_f64(self.settings.max_scan_seconds),
+        )
+    }
+
     /// The store, or 503 until the streams exist.
     pub fn store(&self) -> Result<&crate::store::Store, ApiError> {
         self.store.get().ok_or_else(|| {

@@ -9,17 +9,146 @@ use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
+use herald_core::api::{Limit, Truncated};
 use herald_core::dataplane::{
-    ATTEMPTS_STREAM, BucketKey, CONFIG_BUCKET, DELIVERIES_STREAM, EVENTS_STREAM, EndpointConfig,
-    EndpointKey, Lane, LaneMessage, TenantPolicy, attempt_log, parse_event_subject,
+    ATTEMPTS_STREAM, AttemptRecord, BucketKey, CONFIG_BUCKET, DELIVERIES_STREAM, EVENTS_STREAM,
+    EndpointConfig, EndpointKey, Lane, LaneMessage, TenantPolicy, attempt_log, parse_event_subject,
 };
 
-use crate::deliveries::{Logged, Queued};
+use crate::deliveries::Queued;
 use crate::error::ApiError;
 
 /// Most lane messages one list reads: an endpoint with a larger backlog lists the
 /// oldest this many of its queued events that have no attempt yet as `pending`.
 pub const LANE_SCAN_MAX: usize = 20_000;
+
+/// The span of the first window a [`BackScan`] reads; each next one is four times longer.
+const FIRST_WINDOW_MS: u64 = 60_000;
+
+/// What one request may read of the attempt log: records and time.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    pub records: usize,
+    pub until: tokio::time::Instant,
+}
+
+impl Budget {
+    pub fn new(records: usize, time: std::time::Duration) -> Self {
+        Self {
+            records,
+            until: tokio::time::Instant::now() + time,
+        }
+    }
+}
+
+/// A read of one endpoint's attempt log from now back to a floor, window by window:
+/// each window is read oldest first, the windows newest first, so a reader that has
+/// what it needs after the newest records stops there. Records of an event are all
+/// logged after its publish time, so once the scan is back to `t` every event published
+/// since `t` has all its records read ([`BackScan::read_back_to`]).
+///
+/// Bounded: it stops for good when it has handed out [`Budget::records`] records or its
+/// time is up ([`BackScan::stopped`]); memory is one message at a time (at most
+/// `attempt_log::MAX_BATCH_BYTES`) plus what the caller keeps.
+pub struct BackScan<'a> {
+    stream: &'a Stream,
+    subject: String,
+    floor_ms: u64,
+    /// The end (exclusive) of the next window: everything logged since was read.
+    high_ms: u64,
+    width_ms: u64,
+    budget: Budget,
+    stopped: Option<Limit>,
+}
+
+impl BackScan<'_> {
+    /// Reads the next older window, handing each record with its sequence to `each`;
+    /// false when there is nothing left to read (the floor was reached or a bound).
+    pub async fn next_window(
+        &mut self,
+        mut each: impl FnMut(u64, AttemptRecord),
+    ) -> Result<bool, ApiError> {
+        if self.stopped.is_some() || self.high_ms <= self.floor_ms {
+            return Ok(false);
+        }
+        let low_ms = self
+            .high_ms
+            .saturating_sub(self.width_ms)
+            .max(self.floor_ms);
+        let read = self.read_window(low_ms, &mut each).await;
+        let completed = read.map_err(|e| ApiError::unavailable("reading the delivery log", e))?;
+        if completed {
+            self.high_ms = low_ms;
+            self.width_ms = self.width_ms.saturating_mul(4);
+        }
+        Ok(completed)
+    }
+
+    /// One window, `[low_ms, high_ms)`; false when a bound stopped it part way.
+    async fn read_window(
+        &mut self,
+        low_ms: u64,
+        each: &mut impl FnMut(u64, AttemptRecord),
+    ) -> Result<bool, async_nats::Error> {
+        let mut consumer = self
+            .stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: self.subject.clone(),
+                deliver_policy: by_start_time(low_ms),
+                ..Default::default()
+            })
+            .await?;
+        let mut remaining = consumer.info().await?.num_pending;
+        let mut messages = consumer.messages().await?;
+        while remaining > 0 {
+            let next = tokio::time::timeout_at(self.budget.until, messages.next()).await;
+            let Ok(next) = next else {
+                self.stopped = Some(Limit::Time);
+                return Ok(false);
+            };
+            let Some(message) = next else { break };
+            let message = message?;
+            let info = message.info()?;
+            remaining = info.pending;
+            if published_ms(info.published) >= self.high_ms {
+                break;
+            }
+            let seq = info.stream_sequence;
+            for record in attempt_log::decode(&message.payload) {
+                if self.budget.records == 0 {
+                    self.stopped = Some(Limit::Records);
+                    return Ok(false);
+                }
+                self.budget.records -= 1;
+                each(seq, record);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Every record logged at or after this time has been read.
+    pub fn read_back_to(&self) -> u64 {
+        self.high_ms
+    }
+
+    /// Whether the whole range down to the floor was read.
+    pub fn complete(&self) -> bool {
+        self.stopped.is_none() && self.high_ms <= self.floor_ms
+    }
+
+    /// The bound that stopped the scan, if one did.
+    pub fn stopped(&self) -> Option<Limit> {
+        self.stopped
+    }
+
+    /// The answer's `truncated`, when a bound stopped the scan.
+    pub fn truncated(&self) -> Option<Truncated> {
+        self.stopped.map(|limit| Truncated {
+            limit: limit.into(),
+            read_back_to: Some(herald_core::api::time::from_ms(self.high_ms)),
+        })
+    }
+}
 
 /// Handles on the streams and the bucket.
 #[derive(Clone)]
@@ -134,27 +263,41 @@ impl Store {
         Ok((attempts, lanes))
     }
 
-    /// The endpoint's attempt records logged at or after `from_ms`, oldest first.
-    pub async fn records(&self, key: &EndpointKey, from_ms: u64) -> Result<Vec<Logged>, ApiError> {
-        let mut out = Vec::new();
-        read(
-            &self.attempts,
-            vec![key.attempts_subject()],
-            by_start_time(from_ms),
-            usize::MAX,
-            |seq, message| {
-                out.extend(
-                    attempt_log::decode(&message.payload).map(|record| Logged { seq, record }),
-                );
-            },
-        )
-        .await
-        .map_err(|e| ApiError::unavailable("reading the delivery log", e))?;
-        Ok(out)
+    /// A bounded read of the endpoint's attempt log back from now to `floor_ms` (see
+    /// [`BackScan`]).
+    pub async fn scan_back(
+        &self,
+        key: &EndpointKey,
+        floor_ms: u64,
+        budget: Budget,
+    ) -> Result<BackScan<'_>, ApiError> {
+        let info = self
+            .attempts
+            .get_info()
+            .await
+            .map_err(|e| ApiError::unavailable("reading the delivery log", e))?;
+        let first = info.state.first_timestamp.unix_timestamp_nanos() / 1_000_000;
+        let last = info.state.last_timestamp.unix_timestamp_nanos() / 1_000_000;
+        Ok(BackScan {
+            stream: &self.attempts,
+            subject: key.attempts_subject(),
+            // Nothing is older than the log's first message.
+            floor_ms: floor_ms.max(first.max(0) as u64),
+            // Past the newest message: a window ending here holds every record.
+            high_ms: (last.max(0) as u64).max(herald_core::clock::now_ms()) + 1,
+            width_ms: FIRST_WINDOW_MS,
+            budget,
+            stopped: None,
+        })
     }
 
-    /// The events queued on the endpoint's lanes (the oldest [`LANE_SCAN_MAX`]).
-    pub async fn queued(&self, config: &EndpointConfig) -> Result<Vec<Queued>, ApiError> {
+    /// The events queued on the endpoint's lanes (the oldest [`LANE_SCAN_MAX`]), or only
+    /// those of event `only`.
+    pub async fn queued(
+        &self,
+        config: &EndpointConfig,
+        only: Option<&str>,
+    ) -> Result<Vec<Queued>, ApiError> {
         let mut out = Vec::new();
         read(
             &self.lanes,
@@ -165,6 +308,9 @@ impl Store {
                 let Ok(lane) = LaneMessage::decode(message.headers.as_ref()) else {
                     return;
                 };
+                if only.is_some_and(|id| id != lane.event_id) {
+                    return;
+                }
                 let queued_ms = message.info().map(|i| published_ms(i.published)).ok();
                 out.push(Queued {
                     seq,

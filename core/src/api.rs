@@ -137,6 +137,10 @@ pub struct Page {
     /// `null` on the last page.
     #[serde(default)]
     pub next_cursor: Option<String>,
+    /// Set when the request reached the most it may read of the log before reading all
+    /// it was asked to: the page holds only events published since `readBackTo`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<Truncated>,
 }
 
 /// One attempt of a delivery.
@@ -173,6 +177,10 @@ pub struct DeliveryDetail {
     pub next_attempt_time: Option<Timestamp>,
     #[serde(default)]
     pub attempts: Vec<Attempt>,
+    /// Set when the request reached the most it may read of the log: attempts logged
+    /// before `readBackTo` are not shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<Truncated>,
 }
 
 /// An event accepted by HTTP ingest (202), or its duplicate's original.
@@ -202,6 +210,53 @@ pub struct Redrive {
     /// the endpoint no longer takes.
     #[serde(default)]
     pub skipped: Vec<Arc<str>>,
+    /// Set when the request stopped before finding every dead delivery (the log is
+    /// longer than one request reads, or more are dead than one request queues): ask
+    /// again once these are delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<Truncated>,
+}
+
+/// Where a request stopped that reached one of the API's bounds on what one request may
+/// read or do, and which.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Truncated {
+    pub limit: Lenient<Limit>,
+    /// Everything logged since this time was read; nothing older (`null` when the log was
+    /// read to its start and another bound stopped the request).
+    #[serde(default, with = "time::option")]
+    pub read_back_to: Option<Timestamp>,
+}
+
+/// One of the API's bounds on a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Limit {
+    /// The most attempt records one request reads (`--max-scan-records`).
+    Records,
+    /// The longest one request reads the log (`--max-scan-seconds`).
+    Time,
+    /// The most dead deliveries one redrive queues.
+    Count,
+}
+
+impl Limit {
+    pub const ALL: [Self; 3] = [Self::Records, Self::Time, Self::Count];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Records => "records",
+            Self::Time => "time",
+            Self::Count => "count",
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Times on the wire: RFC 3339 in UTC with milliseconds.
@@ -277,6 +332,7 @@ mod tests {
         let page = Page {
             items: vec![delivery.clone()],
             next_cursor: Some("c".into()),
+            truncated: None,
         };
         let attempt = Attempt {
             attempt: 1,
@@ -294,6 +350,10 @@ mod tests {
             state: State::Dead.into(),
             next_attempt_time: None,
             attempts: vec![attempt],
+            truncated: Some(Truncated {
+                limit: Limit::Time.into(),
+                read_back_to: Some(at(1_764_583_000_000)),
+            }),
         };
         fn round_trip<T: Serialize + DeserializeOwned + PartialEq + fmt::Debug>(value: T) {
             let json = serde_json::to_value(&value).unwrap();
@@ -314,6 +374,10 @@ mod tests {
             count: 1,
             event_ids: vec!["msg_4".into()],
             skipped: vec!["msg_5".into()],
+            truncated: Some(Truncated {
+                limit: Limit::Count.into(),
+                read_back_to: None,
+            }),
         });
         let json = serde_json::to_value(&page).unwrap();
         assert_eq!(

@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use crate::api::{Api, ApiError, Attempt, Delivery, DeliveryDetail, Query, Queued, Redrive};
 use crate::table::{Output, Table, snippet};
 use crate::time::{TimeArg, age, millis, relative};
+use herald_core::api::Truncated;
 
 /// The states `--status` takes: the API's, plus `failed` (retrying or dead).
 pub const STATUSES: [&str; 6] = [
@@ -166,9 +167,27 @@ pub fn redrive_message(endpoint: &str, r: &Redrive) -> String {
         0 => String::new(),
         n => format!("; {n} not queued (test events, past retention, or types no longer taken)"),
     };
+    let more = match &r.truncated {
+        None => "",
+        Some(_) => {
+            "\nmore dead deliveries may be left (one request queues a bounded number): run it again once these are delivered"
+        }
+    };
     format!(
-        "{} dead deliveries of {endpoint} queued for delivery again (request {}){skipped}",
+        "{} dead deliveries of {endpoint} queued for delivery again (request {}){skipped}{more}",
         r.count, r.request_id
+    )
+}
+
+/// The note for an answer that stopped at one of the API's bounds.
+pub fn truncated_note(truncated: &Truncated) -> String {
+    let since = truncated
+        .read_back_to
+        .map(|t| format!(" since {}", herald_core::api::time::format(&t)))
+        .unwrap_or_default();
+    format!(
+        "(the API read the delivery log back to its bound ({}): this covers events published{since}; narrow with --since)",
+        truncated.limit
     )
 }
 
@@ -184,10 +203,12 @@ pub async fn list(
     let wanted = filters.limit as usize;
     let mut items = Vec::new();
     let mut raw = Vec::new();
+    let mut truncated = None;
     let more = loop {
         let (page, value) = api.deliveries(endpoint, &query).await?;
         raw.extend(value["items"].as_array().cloned().unwrap_or_default());
         items.extend(page.items);
+        truncated = truncated.or(page.truncated);
         let next = page.next_cursor.filter(|c| !c.is_empty());
         if items.len() >= wanted || next.is_none() {
             break next;
@@ -196,9 +217,12 @@ pub async fn list(
     };
     items.truncate(wanted);
     raw.truncate(wanted);
-    let document = serde_json::json!({"items": raw, "nextCursor": more});
+    let document = serde_json::json!({"items": raw, "nextCursor": more, "truncated": truncated});
     if output.print_document(&document)? {
         return Ok(());
+    }
+    if let Some(truncated) = &truncated {
+        eprintln!("{}", truncated_note(truncated));
     }
     if items.is_empty() {
         eprintln!(
@@ -234,6 +258,9 @@ pub async fn attempts(
             "{}",
             attempts_table(&detail.attempts, Timestamp::now(), output.wide()).render()
         );
+    }
+    if let Some(truncated) = &detail.truncated {
+        eprintln!("{}", truncated_note(truncated));
     }
     Ok(())
 }
@@ -396,6 +423,7 @@ mod tests {
             count: 2,
             event_ids: vec!["a".into(), "b".into()],
             skipped: vec![],
+            truncated: None,
         };
         assert_eq!(
             redrive_message("orders", &r),
@@ -407,5 +435,10 @@ mod tests {
                 "; 1 not queued (test events, past retention, or types no longer taken)"
             )
         );
+        r.truncated = Some(Truncated {
+            limit: herald_core::api::Limit::Count.into(),
+            read_back_to: None,
+        });
+        assert!(redrive_message("orders", &r).contains("run it again"));
     }
 }

@@ -4,8 +4,9 @@
 //! so a busy endpoint can never lose a batch to the size limit).
 //!
 //! [`Newest`] is the one fold of "where does each delivery stand": the newest record of
-//! each event, read oldest first. Replay's only-failed selection and its tally, and the
-//! HTTP API's redrive of the dead, all ask it.
+//! each event by attempt-log sequence, whatever order the records are read in. Replay's
+//! only-failed selection and its tally, and the HTTP API's redrive of the dead, all ask
+//! it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,11 +54,14 @@ pub fn decode_as<'a, T: DeserializeOwned + 'a>(
         .map(serde_json::from_slice)
 }
 
-/// The newest state of each delivery (one event to one endpoint), from records folded
-/// oldest first: the record logged last for an event says where it stands.
+/// The newest state of each delivery (one event to one endpoint): the record logged last
+/// for an event says where it stands. Records come with their attempt-log sequence and
+/// may be folded in any order (a reader going back through the log window by window
+/// meets newer windows first); of two records of one event, the one with the higher
+/// sequence wins, and within one batch (one sequence) the later line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Newest {
-    by_event: HashMap<Arc<str>, DeliveryState>,
+    by_event: HashMap<Arc<str>, (u64, DeliveryState)>,
 }
 
 /// How many deliveries stand in each state.
@@ -69,19 +73,26 @@ pub struct StateCounts {
 }
 
 impl Newest {
-    /// Folds in the next record in log order.
-    pub fn add(&mut self, record: &AttemptRecord) {
+    /// Folds in a record logged at attempt-log sequence `seq`.
+    pub fn add(&mut self, seq: u64, record: &AttemptRecord) {
         match self.by_event.get_mut(&record.event_id) {
-            Some(state) => *state = record.state,
+            Some(known) if known.0 > seq => {}
+            Some(known) => *known = (seq, record.state),
             None => {
-                self.by_event.insert(record.event_id.clone(), record.state);
+                self.by_event
+                    .insert(record.event_id.clone(), (seq, record.state));
             }
         }
     }
 
+    /// Folds in every record of one attempt-log message.
+    pub fn add_batch(&mut self, seq: u64, records: impl IntoIterator<Item = AttemptRecord>) {
+        records.into_iter().for_each(|r| self.add(seq, &r));
+    }
+
     /// Where `event_id`'s delivery stands, if it has a record.
     pub fn state(&self, event_id: &str) -> Option<DeliveryState> {
-        self.by_event.get(event_id).copied()
+        self.by_event.get(event_id).map(|(_, state)| *state)
     }
 
     /// The events whose newest record is in one of `states`, in no particular order.
@@ -91,14 +102,14 @@ impl Newest {
     ) -> impl Iterator<Item = &'a Arc<str>> + 'a {
         self.by_event
             .iter()
-            .filter(|(_, state)| states.contains(state))
+            .filter(|(_, (_, state))| states.contains(state))
             .map(|(id, _)| id)
     }
 
     /// The deliveries in each state.
     pub fn counts(&self) -> StateCounts {
         let mut counts = StateCounts::default();
-        for state in self.by_event.values() {
+        for (_, state) in self.by_event.values() {
             match state {
                 DeliveryState::Succeeded => counts.succeeded += 1,
                 DeliveryState::Retrying => counts.retrying += 1,
@@ -115,20 +126,6 @@ impl Newest {
 
     pub fn is_empty(&self) -> bool {
         self.by_event.is_empty()
-    }
-}
-
-impl<'a> FromIterator<&'a AttemptRecord> for Newest {
-    fn from_iter<I: IntoIterator<Item = &'a AttemptRecord>>(records: I) -> Self {
-        let mut newest = Self::default();
-        records.into_iter().for_each(|r| newest.add(r));
-        newest
-    }
-}
-
-impl Extend<AttemptRecord> for Newest {
-    fn extend<I: IntoIterator<Item = AttemptRecord>>(&mut self, records: I) {
-        records.into_iter().for_each(|r| self.add(&r));
     }
 }
 
@@ -215,7 +212,11 @@ mod tests {
             record("e", Dead),
             record("e", Retrying),
         ];
-        let newest: Newest = records.iter().collect();
+        // Read in log order, one record per message.
+        let mut newest = Newest::default();
+        for (seq, r) in records.iter().enumerate() {
+            newest.add(seq as u64, r);
+        }
         assert_eq!(newest.len(), 5);
         assert_eq!(newest.state("a"), Some(Succeeded));
         assert_eq!(newest.state("e"), Some(Retrying));
@@ -236,8 +237,24 @@ mod tests {
                 dead: 1
             }
         );
-        let mut extended = Newest::default();
-        extended.extend(records);
-        assert_eq!(extended, newest);
+        // Read back window by window (newest message first): the same answer.
+        let mut backwards = Newest::default();
+        for (seq, r) in records.iter().enumerate().rev() {
+            backwards.add(seq as u64, r);
+        }
+        assert_eq!(backwards, newest);
+        // One batch: its later line is the newer record.
+        let mut batched = Newest::default();
+        batched.add_batch(7, records.iter().cloned());
+        assert_eq!(
+            batched,
+            Newest {
+                by_event: newest
+                    .by_event
+                    .iter()
+                    .map(|(k, (_, st))| (k.clone(), (7, *st)))
+                    .collect()
+            }
+        );
     }
 }

@@ -9,8 +9,7 @@
 //! A dry run only counts. A deleted request stops its worker at once, its progress is
 //! deleted with it, and the shards skip its items not attempted yet ([`Live`]).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::DeliverPolicy;
@@ -55,10 +54,12 @@ pub fn selects(
 /// dead.
 pub const FAILED: [DeliveryState; 2] = [DeliveryState::Retrying, DeliveryState::Dead];
 
-/// Pure: the events whose newest attempt record says the delivery failed, for
+/// Pure: whether `event_id`'s newest attempt record says its delivery failed, for
 /// `onlyFailed`.
-pub fn failed_events(newest: &Newest) -> HashSet<Arc<str>> {
-    newest.events_in(&FAILED).cloned().collect()
+pub fn failed(newest: &Newest, event_id: &str) -> bool {
+    newest
+        .state(event_id)
+        .is_some_and(|state| FAILED.contains(&state))
 }
 
 /// Follows the replay requests in `herald-config` and carries out those of endpoints on
@@ -343,9 +344,14 @@ mod tests {
             record("c", DeliveryState::Dead),
             record("d", DeliveryState::Succeeded),
         ];
-        let failed = failed_events(&records.iter().collect());
-        let mut ids: Vec<&str> = failed.iter().map(|id| &**id).collect();
-        ids.sort_unstable();
+        let mut newest = Newest::default();
+        for (seq, r) in records.iter().enumerate() {
+            newest.add(seq as u64, r);
+        }
+        let ids: Vec<&str> = ["a", "b", "c", "d", "e"]
+            .into_iter()
+            .filter(|id| failed(&newest, id))
+            .collect();
         assert_eq!(ids, ["b", "c"]);
     }
 }

@@ -4,9 +4,6 @@
 //! acknowledged, so a worker that stops re-reads at most the events since its last
 //! write, and their repeated publishes are dropped by `Nats-Msg-Id`.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::context::PublishAckFuture;
 use futures::StreamExt;
@@ -16,7 +13,7 @@ use herald_core::dataplane::{
 };
 use herald_core::envelope::{self, HeaderSize};
 
-use super::{PROGRESS_INTERVAL, Replay, by_start_time, failed_events, selects, start};
+use super::{PROGRESS_INTERVAL, Replay, by_start_time, failed, selects, start};
 use herald_core::clock::now_ms;
 
 /// Most lane publishes awaiting their acknowledgement.
@@ -32,7 +29,7 @@ impl Replay<'_> {
         if progress.started_ms == 0 {
             progress.started_ms = now_ms();
         }
-        let failed = if request.only_failed {
+        let failed_log = if request.only_failed {
             Some(self.failed_in_log().await?)
         } else {
             None
@@ -65,7 +62,7 @@ impl Replay<'_> {
             let id = event_id(published_ms, info.stream_sequence);
             let selected = parse_event_subject(message.subject.as_str()).is_some_and(|(_, ty)| {
                 selects(request, self.endpoint, self.types, ty, published_ms)
-            }) && failed.as_ref().is_none_or(|f| f.contains(id.as_str()));
+            }) && failed_log.as_ref().is_none_or(|f| failed(f, &id));
             if selected {
                 // Checked again like a fresh event: one that was never deliverable (it
                 // went to the dead-letter stream) is not the endpoint's to replay.
@@ -118,9 +115,10 @@ impl Replay<'_> {
         Ok(self.shared.layout.js.send_publish(subject, publish).await?)
     }
 
-    /// The events of the range whose delivery to the endpoint failed, from its attempt
-    /// log (attempts of events published at or after `from` are all logged after it).
-    async fn failed_in_log(&self) -> Result<HashSet<Arc<str>>, async_nats::Error> {
+    /// Where each delivery of the range stands, from the endpoint's attempt log (attempts
+    /// of events published at or after `from` are all logged after it): a map of event
+    /// ids to a sequence and a state, about 100 bytes an event, no record kept.
+    async fn failed_in_log(&self) -> Result<Newest, async_nats::Error> {
         let key = EndpointKey::new(&self.request.namespace, &self.request.endpoint);
         let stream = self.shared.layout.js.get_stream(ATTEMPTS_STREAM).await?;
         let mut consumer = stream
@@ -138,10 +136,11 @@ impl Replay<'_> {
                 break;
             };
             let message = message?;
-            remaining = message.info()?.pending;
-            newest.extend(attempt_log::decode(&message.payload));
+            let info = message.info()?;
+            remaining = info.pending;
+            newest.add_batch(info.stream_sequence, attempt_log::decode(&message.payload));
         }
-        Ok(failed_events(&newest))
+        Ok(newest)
     }
 }
 

@@ -42,10 +42,10 @@ impl Replay<'_> {
                             return Err("the attempt log consumer ended".into());
                         };
                         let message = message?;
-                        let payload = &message.payload;
-                        let ours = attempt_log::decode(payload)
+                        let seq = message.info()?.stream_sequence;
+                        let ours = attempt_log::decode(&message.payload)
                             .filter(|record| record.replay.as_deref() == Some(uid));
-                        newest.extend(ours);
+                        newest.add_batch(seq, ours);
                     }
                 }
             }
