@@ -44,6 +44,11 @@ pub struct Config {
     /// `--max-scan-records` when reached).
     #[arg(long, env = "HERALD_API_MAX_SCAN_SECONDS", default_value_t = 10.0)]
     pub max_scan_seconds: f64,
+    /// Most reads of the delivery log (lists, lookups, redrives) running at once in this
+    /// process; each namespace may have two of them running or waiting. herald-api's
+    /// memory for reads is this many times one read's bound.
+    #[arg(long, env = "HERALD_API_MAX_CONCURRENT_SCANS", default_value_t = 4)]
+    pub max_concurrent_scans: usize,
     /// Development only: no authentication and no authorization at all. Refused unless
     /// `--listen` is a loopback address.
     #[arg(long)]

@@ -19,7 +19,7 @@
 //! there then, so new attempts arriving meanwhile can neither repeat an event nor skip
 //! one, and each event keeps the state it had at the first page.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use herald_core::api::{Delivery, State, time};
@@ -85,15 +85,21 @@ impl Filter {
 
     fn takes(&self, d: &Delivery) -> bool {
         let published = event_published_ms(&d.event_id).unwrap_or_default();
-        self.states
-            .as_ref()
-            .is_none_or(|s| d.state.known().is_some_and(|state| s.contains(state)))
+        d.state
+            .known()
+            .is_some_and(|state| self.takes_parts(published, *state, d.event_type.as_deref()))
+    }
+
+    /// Whether a delivery of an event published at `published_ms`, in `state`, of
+    /// `event_type`, is one the filter takes.
+    fn takes_parts(&self, published_ms: u64, state: State, event_type: Option<&str>) -> bool {
+        self.states.as_ref().is_none_or(|s| s.contains(&state))
             && self
                 .event_type
                 .as_ref()
-                .is_none_or(|p| d.event_type.as_deref().is_some_and(|t| p.matches(t)))
-            && self.since_ms.is_none_or(|s| published >= s)
-            && self.until_ms.is_none_or(|u| published <= u)
+                .is_none_or(|p| event_type.is_some_and(|t| p.matches(t)))
+            && self.since_ms.is_none_or(|s| published_ms >= s)
+            && self.until_ms.is_none_or(|u| published_ms <= u)
     }
 }
 
@@ -158,9 +164,11 @@ struct Brief {
     next_attempt_ms: Option<u64>,
 }
 
+/// What a listing keeps of one event: about 100 bytes, no allocation of its own (the
+/// type is shared by every event of that type).
 #[derive(Default)]
 struct Acc {
-    event_type: Option<String>,
+    event_type: Option<Arc<str>>,
     newest: Option<Brief>,
     attempts: u32,
     queued_ms: u64,
@@ -169,42 +177,69 @@ struct Acc {
 /// Records and queued messages folded into one summary per event as they are read, in
 /// any order (the newest record is the one with the highest log sequence). Events a
 /// page cannot hold — at or after the cursor's position, outside the filter's time
-/// bounds — are not kept. Records and messages above the cursor's sequences still make
-/// an event listed (it was queued when the first page was read) but do not change its
-/// state.
+/// bounds, ids that are not Herald's — are not kept. Records and messages above the
+/// cursor's sequences still make an event listed (it was queued when the first page was
+/// read) but do not change its state.
 pub struct Fold<'a> {
     at: &'a Cursor,
+    after: Option<u128>,
     since_ms: u64,
     until_ms: u64,
-    by_id: HashMap<Arc<str>, Acc>,
+    /// By the event id's ULID.
+    by_id: HashMap<u128, Acc>,
+    types: HashSet<Arc<str>>,
+}
+
+fn ulid_of(event_id: &str) -> Option<u128> {
+    Some(event_id.strip_prefix("msg_")?.parse::<ulid::Ulid>().ok()?.0)
+}
+
+fn published_of(ulid: u128) -> u64 {
+    ulid::Ulid(ulid).timestamp_ms()
 }
 
 impl<'a> Fold<'a> {
     pub fn new(at: &'a Cursor, filter: &Filter) -> Self {
         Self {
             at,
+            after: at.after.as_deref().and_then(ulid_of),
             since_ms: filter.since_ms.unwrap_or(0),
             until_ms: filter.until_ms.unwrap_or(u64::MAX),
             by_id: HashMap::new(),
+            types: HashSet::new(),
         }
     }
 
-    fn entry(&mut self, id: &Arc<str>) -> Option<&mut Acc> {
-        let published = event_published_ms(id).unwrap_or_default();
-        let wanted = self.at.after.as_deref().is_none_or(|after| &**id < after)
-            && (self.since_ms..=self.until_ms).contains(&published);
-        wanted.then(|| self.by_id.entry(id.clone()).or_default())
+    fn entry(&mut self, id: &str, event_type: Option<&str>) -> Option<&mut Acc> {
+        let ulid = ulid_of(id)?;
+        let wanted = self.after.is_none_or(|after| ulid < after)
+            && (self.since_ms..=self.until_ms).contains(&published_of(ulid));
+        if !wanted {
+            return None;
+        }
+        let acc = self.by_id.entry(ulid).or_default();
+        if acc.event_type.is_none()
+            && let Some(ty) = event_type
+        {
+            let shared = match self.types.get(ty) {
+                Some(shared) => shared.clone(),
+                None => {
+                    let shared: Arc<str> = Arc::from(ty);
+                    self.types.insert(shared.clone());
+                    shared
+                }
+            };
+            acc.event_type = Some(shared);
+        }
+        Some(acc)
     }
 
     /// Folds in one record and its attempt-log sequence.
     pub fn record(&mut self, seq: u64, record: AttemptRecord) {
         let counts = seq <= self.at.attempts_seq;
-        let Some(acc) = self.entry(&record.event_id) else {
+        let Some(acc) = self.entry(&record.event_id, record.event_type.as_deref()) else {
             return;
         };
-        if acc.event_type.is_none() {
-            acc.event_type = record.event_type;
-        }
         if counts {
             acc.attempts += 1;
             if acc.newest.is_none_or(|n| n.seq <= seq) {
@@ -223,12 +258,9 @@ impl<'a> Fold<'a> {
     /// Folds in one message queued on the endpoint's lanes.
     pub fn queued(&mut self, q: Queued) {
         let counts = q.seq <= self.at.lanes_seq;
-        let Some(acc) = self.entry(&q.event_id) else {
+        let Some(acc) = self.entry(&q.event_id, q.event_type.as_deref()) else {
             return;
         };
-        if acc.event_type.is_none() {
-            acc.event_type = q.event_type;
-        }
         if counts {
             acc.queued_ms = acc.queued_ms.max(q.published_ms);
         }
@@ -239,29 +271,55 @@ impl<'a> Fold<'a> {
     pub fn complete(&self, filter: &Filter, complete_from_ms: u64, now_ms: u64) -> usize {
         self.by_id
             .iter()
-            .filter(|(id, _)| event_published_ms(id).unwrap_or_default() >= complete_from_ms)
-            .filter(|(id, acc)| filter.takes(&delivery(id, acc, now_ms)))
+            .filter(|(id, acc)| {
+                let published = published_of(**id);
+                published >= complete_from_ms
+                    && filter.takes_parts(published, state(acc, now_ms), acc.event_type.as_deref())
+            })
             .count()
     }
 
-    /// The summaries of events published at or after `complete_from_ms` (0: all), newest
-    /// event first.
-    pub fn deliveries(self, complete_from_ms: u64, now_ms: u64) -> Vec<Delivery> {
-        let mut out: Vec<Delivery> = self
+    /// The page of events published at or after `complete_from_ms` (0: all) that the
+    /// filter takes, newest event first; only the page's summaries are built.
+    pub fn page(self, filter: &Filter, complete_from_ms: u64, limit: usize, now_ms: u64) -> Page {
+        let mut ids: Vec<u128> = self
             .by_id
-            .iter()
-            .filter(|(id, _)| event_published_ms(id).unwrap_or_default() >= complete_from_ms)
-            .map(|(id, acc)| delivery(id, acc, now_ms))
+            .keys()
+            .copied()
+            .filter(|id| published_of(*id) >= complete_from_ms)
             .collect();
-        out.sort_unstable_by(|a, b| b.event_id.cmp(&a.event_id));
-        out
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let at = self.at;
+        let items = ids.into_iter().filter_map(|id| {
+            let acc = &self.by_id[&id];
+            let published = published_of(id);
+            filter
+                .takes_parts(published, state(acc, now_ms), acc.event_type.as_deref())
+                .then(|| delivery(format!("msg_{}", ulid::Ulid(id)).into(), acc, now_ms))
+        });
+        paginate(items, at, limit)
+    }
+
+    /// Every summary, newest event first.
+    fn deliveries(self, now_ms: u64) -> Vec<Delivery> {
+        let mut ids: Vec<u128> = self.by_id.keys().copied().collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        ids.into_iter()
+            .map(|id| {
+                delivery(
+                    format!("msg_{}", ulid::Ulid(id)).into(),
+                    &self.by_id[&id],
+                    now_ms,
+                )
+            })
+            .collect()
     }
 }
 
-fn delivery(event_id: &Arc<str>, acc: &Acc, now_ms: u64) -> Delivery {
+fn state(acc: &Acc, now_ms: u64) -> State {
     let newest = acc.newest.as_ref();
     let queued_after = acc.queued_ms > 0 && newest.is_none_or(|r| acc.queued_ms > r.time_ms);
-    let state = match newest {
+    match newest {
         None => State::Pending,
         Some(_) if queued_after => State::InFlight,
         Some(r) => match r.state {
@@ -272,11 +330,15 @@ fn delivery(event_id: &Arc<str>, acc: &Acc, now_ms: u64) -> Delivery {
             }
             DeliveryState::Retrying => State::Retrying,
         },
-    };
+    }
+}
+
+fn delivery(event_id: Arc<str>, acc: &Acc, now_ms: u64) -> Delivery {
+    let newest = acc.newest.as_ref();
     Delivery {
-        event_id: event_id.clone(),
-        event_type: acc.event_type.clone(),
-        state: state.into(),
+        event_id,
+        event_type: acc.event_type.as_deref().map(str::to_owned),
+        state: state(acc, now_ms).into(),
         attempts: acc.attempts,
         last_status: newest.and_then(|r| r.http_status),
         last_latency_ms: newest.map(|r| r.latency_ms),
@@ -304,17 +366,22 @@ pub fn summarize(
         fold.record(seq, record);
     }
     queued.into_iter().for_each(|q| fold.queued(q));
-    fold.deliveries(0, now_ms)
+    fold.deliveries(now_ms)
 }
 
 /// The page after `at.after` of the deliveries `filter` takes.
 pub fn page(deliveries: Vec<Delivery>, filter: &Filter, at: &Cursor, limit: usize) -> Page {
-    let mut items: Vec<Delivery> = deliveries
+    let items = deliveries
         .into_iter()
         .filter(|d| at.after.as_deref().is_none_or(|after| &*d.event_id < after))
-        .filter(|d| filter.takes(d))
-        .take(limit + 1)
-        .collect();
+        .filter(|d| filter.takes(d));
+    paginate(items, at, limit)
+}
+
+/// The first `limit` of `items` (in page order) and the cursor after them when more
+/// follow.
+fn paginate(items: impl Iterator<Item = Delivery>, at: &Cursor, limit: usize) -> Page {
+    let mut items: Vec<Delivery> = items.take(limit + 1).collect();
     let more = items.len() > limit;
     items.truncate(limit);
     let next = (more && !items.is_empty()).then(|| Cursor {

@@ -133,7 +133,11 @@ pub async fn list_deliveries(
         .into_iter()
         .for_each(|q| fold.queued(q));
     let mut scan = store
-        .scan_back(&config.key(), filter.since_ms.unwrap_or(0), app.budget())
+        .scan_back(
+            &config.key(),
+            filter.since_ms.unwrap_or(0),
+            app.budget(&ns).await?,
+        )
         .await?;
     while scan
         .next_window(|seq, record| fold.record(seq, record))
@@ -149,8 +153,7 @@ pub async fn list_deliveries(
         scan.read_back_to()
     };
     let truncated = scan.truncated();
-    let list = fold.deliveries(complete_from, now);
-    let mut page = deliveries::page(list, &filter, &cursor, limit);
+    let mut page = fold.page(&filter, complete_from, limit, now);
     // Records written before the dispatcher logged the type: the page's few are looked
     // up in the event store (a direct get each).
     for d in page.items.iter_mut().filter(|d| d.event_type.is_none()) {
@@ -181,7 +184,7 @@ pub async fn get_delivery(
     // Every record of the event is logged after its publish time.
     let mut records = Vec::new();
     let mut scan = store
-        .scan_back(&config.key(), published, app.budget())
+        .scan_back(&config.key(), published, app.budget(&ns).await?)
         .await?;
     while scan
         .next_window(|seq, record| {
@@ -330,7 +333,9 @@ pub async fn redrive_dead(
     // from now, so the newest come first, and with a bound only events published since
     // where the read stopped are known for certain.
     let mut newest = herald_core::dataplane::Newest::default();
-    let mut scan = store.scan_back(&config.key(), 0, app.budget()).await?;
+    let mut scan = store
+        .scan_back(&config.key(), 0, app.budget(&ns).await?)
+        .await?;
     while scan
         .next_window(|seq, record| newest.add(seq, &record))
         .await?

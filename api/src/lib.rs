@@ -23,6 +23,7 @@ pub mod limit;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
+pub mod scans;
 pub mod store;
 
 use std::future::Future;
@@ -61,6 +62,8 @@ pub struct App {
     pub auth: Auth,
     pub limits: Limits,
     pub quotas: Quotas,
+    /// The reads of the delivery log running at once.
+    pub scans: std::sync::Arc<scans::Scans>,
     pub metrics: Metrics,
     pub nats: async_nats::Client,
     /// Set once the streams and the bucket exist (the dispatchers create them).
@@ -115,6 +118,7 @@ pub async fn run(
     let app = Arc::new(App {
         limits: Limits::default(),
         quotas: Quotas::default(),
+        scans: scans::Scans::new(config.max_concurrent_scans),
         settings: config,
         auth,
         metrics,

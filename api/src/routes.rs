@@ -183,12 +183,18 @@ impl App {
         Ok((store, config))
     }
 
-    /// What one request may read of the delivery log.
-    pub fn budget(&self) -> crate::store::Budget {
-        crate::store::Budget::new(
-            self.settings.max_scan_records,
-            std::time::Duration::from_secs_f64(self.settings.max_scan_seconds),
-        )
+    /// What one request may read of `namespace`'s delivery log, once it has a slot
+    /// among the reads running at once (429 or 503 when it gets none).
+    pub async fn budget(&self, namespace: &str) -> Result<crate::store::Budget, ApiError> {
+        let time = std::time::Duration::from_secs_f64(self.settings.max_scan_seconds);
+        // The wait for a slot counts against the request's time.
+        let until = tokio::time::Instant::now() + time;
+        let slot = self.scans.acquire(namespace, time).await?;
+        Ok(crate::store::Budget {
+            records: self.settings.max_scan_records,
+            until,
+            slot: Some(slot),
+        })
     }
 
     /// The store, or 503 until the streams exist.

@@ -25,20 +25,13 @@ pub const LANE_SCAN_MAX: usize = 20_000;
 /// The span of the first window a [`BackScan`] reads; each next one is four times longer.
 const FIRST_WINDOW_MS: u64 = 60_000;
 
-/// What one request may read of the attempt log: records and time.
-#[derive(Clone, Copy, Debug)]
+/// What one request may read of the attempt log: records and time, and its slot among
+/// the reads running at once ([`crate::scans`]).
 pub struct Budget {
     pub records: usize,
     pub until: tokio::time::Instant,
-}
-
-impl Budget {
-    pub fn new(records: usize, time: std::time::Duration) -> Self {
-        Self {
-            records,
-            until: tokio::time::Instant::now() + time,
-        }
-    }
+    /// Held while the read runs.
+    pub slot: Option<crate::scans::ScanPermit>,
 }
 
 /// A read of one endpoint's attempt log from now back to a floor, window by window:
@@ -95,10 +88,17 @@ impl BackScan<'_> {
             .create_consumer(pull::OrderedConfig {
                 filter_subject: self.subject.clone(),
                 deliver_policy: by_start_time(low_ms),
+                max_batch: herald_core::dataplane::READ_BATCH,
                 ..Default::default()
             })
             .await?;
         let mut remaining = consumer.info().await?.num_pending;
+        tracing::debug!(
+            low_ms,
+            high_ms = self.high_ms,
+            remaining,
+            "reading a window of the delivery log"
+        );
         let mut messages = consumer.messages().await?;
         while remaining > 0 {
             let next = tokio::time::timeout_at(self.budget.until, messages.next()).await;
@@ -114,6 +114,7 @@ impl BackScan<'_> {
                 break;
             }
             let seq = info.stream_sequence;
+            tracing::trace!(seq, remaining, "delivery log message");
             for record in attempt_log::decode(&message.payload) {
                 if self.budget.records == 0 {
                     self.stopped = Some(Limit::Records);
@@ -381,6 +382,7 @@ async fn read(
             filter_subject,
             filter_subjects,
             deliver_policy: start,
+            max_batch: herald_core::dataplane::READ_BATCH,
             ..Default::default()
         })
         .await?;

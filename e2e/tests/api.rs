@@ -11,6 +11,9 @@ mod support;
 #[path = "api/quota.rs"]
 mod quota;
 
+#[path = "api/bounded.rs"]
+mod bounded;
+
 use std::collections::HashSet;
 use std::time::Duration;
 

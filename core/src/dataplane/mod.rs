@@ -25,6 +25,14 @@ pub use records::{
 };
 
 /// Ingest stream: the event store and the replay source.
+/// Most messages one pull of a consumer that reads a stream through (replay, the HTTP
+/// API's log reads) asks for. An attempt-log batch holds up to 256 KiB and an event up to
+/// 1 MiB: the ordered consumer's default of 500 a pull lets the server send hundreds of
+/// MiB at once to a reader that decodes slower than it receives, and a connection whose
+/// backlog passes the server's `max_pending` (64 MiB) is cut as a slow consumer, with
+/// every other request on it. 16 keeps one pull to a few MiB.
+pub const READ_BATCH: i64 = 16;
+
 pub const EVENTS_STREAM: &str = "HERALD_EVENTS";
 /// Per-endpoint lanes and pending retries.
 pub const DELIVERIES_STREAM: &str = "HERALD_DELIVERIES";

@@ -41,6 +41,7 @@ impl Replay<'_> {
             .create_consumer(pull::OrderedConfig {
                 filter_subjects: namespace_event_filters(&request.namespace),
                 deliver_policy: start(request, progress),
+                max_batch: herald_core::dataplane::READ_BATCH,
                 ..Default::default()
             })
             .await?;
@@ -125,6 +126,7 @@ impl Replay<'_> {
             .create_consumer(pull::OrderedConfig {
                 filter_subject: key.attempts_subject(),
                 deliver_policy: by_start_time(self.request.from_ms),
+                max_batch: herald_core::dataplane::READ_BATCH,
                 ..Default::default()
             })
             .await?;

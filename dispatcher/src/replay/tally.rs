@@ -23,6 +23,7 @@ impl Replay<'_> {
             .create_consumer(pull::OrderedConfig {
                 filter_subject: key.attempts_subject(),
                 deliver_policy: by_start_time(progress.started_ms),
+                max_batch: herald_core::dataplane::READ_BATCH,
                 ..Default::default()
             })
             .await?
