@@ -2,13 +2,24 @@
 //! `TokenReview`, the route's resource and verb in the route's namespace with a
 //! `SubjectAccessReview` — the tenant's own RBAC decides. Both answers are cached for
 //! [`CACHE_TTL`] in a bounded map keyed by a SHA-256 of the token (never the token), so
-//! a busy client costs the API server two reviews per 10 s, not two per request.
+//! a busy client costs the API server two reviews per 10 s, not two per request; a full
+//! cache forgets its oldest answers first.
+//!
+//! What a caller can make the API server do is bounded: reviews not answered from the
+//! cache are limited per connection source ([`TOKEN_REVIEWS_PER_SOURCE`]: a flood of
+//! made-up tokens), per user ([`ACCESS_REVIEWS_PER_USER`]: a valid token rotating
+//! namespaces or endpoints) and in total (`--max-reviews-per-second`); over a limit the
+//! request is answered 429 `TooManyReviews` without a review. Behind a proxy every caller
+//! shares the proxy's source; the total still holds.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -20,10 +31,22 @@ use prometheus_client::metrics::family::Family;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
+use crate::limit::{Limits, Quota, retry_after_secs};
 use crate::metrics::KindLabel;
 
 /// How long a token's review and an access decision are reused.
 pub const CACHE_TTL: Duration = Duration::from_secs(10);
+/// Token reviews one connection source may cause (tokens not in the cache).
+pub const TOKEN_REVIEWS_PER_SOURCE: Quota = Quota {
+    rate: 5.0,
+    burst: 20.0,
+};
+/// Access reviews one user may cause (decisions not in the cache): enough for a person
+/// or a controller working through dozens of endpoints.
+pub const ACCESS_REVIEWS_PER_USER: Quota = Quota {
+    rate: 10.0,
+    burst: 50.0,
+};
 /// Most entries per cache.
 const CACHE_MAX: usize = 10_000;
 
@@ -89,13 +112,19 @@ impl<V: Clone> TtlCache<V> {
         (now.saturating_duration_since(*at) < CACHE_TTL).then(|| value.clone())
     }
 
+    /// Adds an answer; a full cache first forgets the expired ones, then the oldest
+    /// quarter (never everything at once: a flood of new keys cannot make every caller
+    /// pay a review again).
     fn put(&self, key: String, value: V, now: Instant) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.len() >= CACHE_MAX {
             entries.retain(|_, (at, _)| now.saturating_duration_since(*at) < CACHE_TTL);
-            if entries.len() >= CACHE_MAX {
-                entries.clear();
-            }
+        }
+        if entries.len() >= CACHE_MAX {
+            let mut ages: Vec<Instant> = entries.values().map(|(at, _)| *at).collect();
+            let (_, cutoff, _) = ages.select_nth_unstable(CACHE_MAX / 4);
+            let cutoff = *cutoff;
+            entries.retain(|_, (at, _)| *at > cutoff);
         }
         entries.insert(key, (now, value));
     }
@@ -108,6 +137,9 @@ pub struct KubeAuth {
     reviews: Family<KindLabel, Counter>,
     tokens: TtlCache<Option<Arc<User>>>,
     decisions: TtlCache<Result<(), String>>,
+    /// Reviews not answered from the caches, per source, per user and in total.
+    reviews_left: Limits,
+    total: Quota,
 }
 
 /// How requests are checked.
@@ -118,19 +150,30 @@ pub enum Auth {
 }
 
 impl Auth {
-    pub fn kube(client: kube::Client, reviews: Family<KindLabel, Counter>) -> Self {
+    /// Reviews against the API server, at most `reviews_per_second` of them not answered
+    /// from the caches (bursts of twice that).
+    pub fn kube(
+        client: kube::Client,
+        reviews: Family<KindLabel, Counter>,
+        reviews_per_second: f64,
+    ) -> Self {
         Self::Kube(Box::new(KubeAuth {
             client,
             reviews,
             tokens: TtlCache::new(),
             decisions: TtlCache::new(),
+            reviews_left: Limits::default(),
+            total: Quota {
+                rate: reviews_per_second,
+                burst: (2.0 * reviews_per_second).max(1.0),
+            },
         }))
     }
 
-    /// Checks the `Authorization` header's value and the access it needs.
+    /// Checks the caller's token and the access it needs.
     pub async fn check(
         &self,
-        authorization: Option<&str>,
+        caller: &Caller,
         namespace: &str,
         access: Access,
         name: Option<&str>,
@@ -138,17 +181,49 @@ impl Auth {
         let Self::Kube(kube) = self else {
             return Ok(());
         };
-        let user = kube.authenticate(authorization).await?;
+        let user = kube.authenticate(caller).await?;
         kube.authorize(&user, namespace, access, name).await
     }
+}
 
-    /// Only the authentication half (the namespace's rate limit is taken between the
-    /// two, so an anonymous flood cannot spend a tenant's budget).
-    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<(), ApiError> {
-        match self {
-            Self::Kube(kube) => kube.authenticate(authorization).await.map(drop),
-            Self::Disabled => Ok(()),
-        }
+/// Who sent a request: its `Authorization` header and where it came from.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub authorization: Option<String>,
+    pub source: IpAddr,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let authorization = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let source = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+        Ok(Self {
+            authorization,
+            source,
+        })
+    }
+}
+
+fn too_many_reviews(wait: Duration, whose: &str) -> ApiError {
+    let secs = retry_after_secs(wait);
+    ApiError {
+        retry_after: Some(secs),
+        ..ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyReviews",
+            format!(
+                "{whose} asked the Kubernetes API server to review too many new tokens or permissions; retry after {secs} s"
+            ),
+        )
     }
 }
 
@@ -165,8 +240,17 @@ pub fn bearer(authorization: Option<&str>) -> Option<&str> {
 }
 
 impl KubeAuth {
-    async fn authenticate(&self, authorization: Option<&str>) -> Result<Arc<User>, ApiError> {
-        let token = bearer(authorization).ok_or_else(|| {
+    /// Takes one review from `key`'s allowance and the total, or says who is over.
+    fn may_review(&self, key: &str, quota: Quota, whose: &str) -> Result<(), ApiError> {
+        let now = Instant::now();
+        self.reviews_left
+            .take(key, quota, now)
+            .and_then(|()| self.reviews_left.take("\u{0}total", self.total, now))
+            .map_err(|wait| too_many_reviews(wait, whose))
+    }
+
+    async fn authenticate(&self, caller: &Caller) -> Result<Arc<User>, ApiError> {
+        let token = bearer(caller.authorization.as_deref()).ok_or_else(|| {
             unauthorized("send a Kubernetes bearer token: Authorization: Bearer <token>")
         })?;
         let key: String = Sha256::digest(token.as_bytes())
@@ -177,6 +261,12 @@ impl KubeAuth {
         let reviewed = match self.tokens.get(&key, now) {
             Some(user) => user,
             None => {
+                let source = caller.source;
+                self.may_review(
+                    &format!("source\u{0}{source}"),
+                    TOKEN_REVIEWS_PER_SOURCE,
+                    &format!("source {source}"),
+                )?;
                 let user = self.review_token(token).await?;
                 self.tokens.put(key, user.clone(), now);
                 user
@@ -234,6 +324,11 @@ impl KubeAuth {
         let decision = match self.decisions.get(&key, now) {
             Some(decision) => decision,
             None => {
+                self.may_review(
+                    &format!("user\u{0}{}", user.username),
+                    ACCESS_REVIEWS_PER_USER,
+                    &user.username,
+                )?;
                 let decision = self.review_access(user, namespace, access, name).await?;
                 self.decisions.put(key, decision.clone(), now);
                 decision
@@ -327,5 +422,24 @@ mod tests {
         cache.put("k".into(), 1, t);
         assert_eq!(cache.get("k", t + Duration::from_secs(9)), Some(1));
         assert_eq!(cache.get("k", t + CACHE_TTL), None);
+    }
+
+    #[test]
+    fn a_full_cache_forgets_its_oldest_answers_not_all() {
+        let cache = TtlCache::new();
+        let t = Instant::now();
+        for i in 0..CACHE_MAX {
+            cache.put(format!("k{i}"), i, t + Duration::from_micros(i as u64));
+        }
+        let later = t + Duration::from_secs(1);
+        cache.put("new".into(), 0, later);
+        let kept = cache.entries.lock().unwrap().len();
+        assert!(kept > CACHE_MAX / 2 && kept < CACHE_MAX, "{kept}");
+        assert_eq!(cache.get("k0", later), None, "the oldest went");
+        assert_eq!(
+            cache.get(&format!("k{}", CACHE_MAX - 1), later),
+            Some(CACHE_MAX - 1)
+        );
+        assert_eq!(cache.get("new", later), Some(0));
     }
 }

@@ -35,6 +35,12 @@ pub struct Config {
     /// Most deliveries one list page may hold (`limit` above it is a 400).
     #[arg(long, env = "HERALD_API_MAX_PAGE", default_value_t = 500)]
     pub max_page: usize,
+    /// Most TokenReviews and SubjectAccessReviews per second the API asks of the
+    /// Kubernetes API server for answers it has not cached (bursts of twice that); each
+    /// connection source and each user also has a share of its own. Over it, requests
+    /// are answered 429 without a review.
+    #[arg(long, env = "HERALD_API_MAX_REVIEWS", default_value_t = 100.0)]
+    pub max_reviews_per_second: f64,
     /// Most attempt-log records one request reads (a list, a lookup, a redrive of the
     /// dead). The log is read back from now; a request that reaches the bound answers
     /// what it found and says how far back it read (`truncated`).
@@ -65,7 +71,9 @@ pub enum ConfigError {
         "--insecure-dev-no-auth serves every tenant's deliveries to anyone who can connect: it needs a loopback --listen address (127.0.0.1 or ::1), not {0}"
     )]
     DevModeNotLoopback(SocketAddr),
-    #[error("--rate-per-namespace must be above 0 and --burst-per-namespace at least 1")]
+    #[error(
+        "--rate-per-namespace and --max-reviews-per-second must be above 0 and --burst-per-namespace at least 1"
+    )]
     Rate,
     #[error(
         "--max-scan-records must be at least 1 and --max-scan-seconds above 0, not {0} and {1}"
@@ -83,6 +91,9 @@ impl Config {
             || self.rate_per_namespace <= 0.0
             || self.burst_per_namespace == 0
         {
+            return Err(ConfigError::Rate);
+        }
+        if self.max_reviews_per_second.is_nan() || self.max_reviews_per_second <= 0.0 {
             return Err(ConfigError::Rate);
         }
         if self.max_scan_records == 0

@@ -1,4 +1,4 @@
-//! The tenant routes: each one is `guard` (authenticate, rate, authorize), the
+//! The tenant routes: each one is `guard` (authenticate, authorize, rate), the
 //! endpoint's configuration (404 when Herald does not deliver to it), then the work in
 //! `deliveries`, `ingest` or `enqueue`.
 
@@ -16,6 +16,7 @@ use herald_core::dataplane::event_published_ms;
 use herald_core::pattern::Pattern;
 
 use crate::App;
+use crate::auth::Caller;
 use crate::auth::{CREATE_EVENTS, GET_DELIVERY, LIST_DELIVERIES, REDELIVER};
 use crate::deliveries::{self, Cursor, Filter};
 use crate::enqueue;
@@ -97,9 +98,9 @@ pub async fn list_deliveries(
     State(app): State<Arc<App>>,
     Path((ns, name)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Answer {
-    app.guard(&headers, &ns, LIST_DELIVERIES, Some(&name))
+    app.guard(&caller, &ns, LIST_DELIVERIES, Some(&name))
         .await?;
     let now = now_ms();
     let filter = filter(&q, now)?;
@@ -170,9 +171,9 @@ pub async fn list_deliveries(
 pub async fn get_delivery(
     State(app): State<Arc<App>>,
     Path((ns, name, event_id)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Answer {
-    let (store, config) = app.endpoint(&headers, &ns, &name, GET_DELIVERY).await?;
+    let (store, config) = app.endpoint(&caller, &ns, &name, GET_DELIVERY).await?;
     check_event_id(&event_id)?;
     let (attempts_seq, lanes_seq) = store.high_water(&config).await?;
     let published = event_published_ms(&event_id).unwrap_or_default();
@@ -260,10 +261,11 @@ async fn stored_type(
 pub async fn create_event(
     State(app): State<Arc<App>>,
     Path(ns): Path<String>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
-    app.guard(&headers, &ns, CREATE_EVENTS, None).await?;
+    app.guard(&caller, &ns, CREATE_EVENTS, None).await?;
     let max = app.settings.max_event_bytes;
     let body = axum::body::to_bytes(body, max)
         .await
@@ -294,9 +296,9 @@ fn count_enqueued(app: &App, kind: &'static str, n: usize) {
 pub async fn redeliver(
     State(app): State<Arc<App>>,
     Path((ns, name, event_id)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Answer {
-    let (store, config) = app.endpoint(&headers, &ns, &name, REDELIVER).await?;
+    let (store, config) = app.endpoint(&caller, &ns, &name, REDELIVER).await?;
     check_event_id(&event_id)?;
     let request = enqueue::request_id();
     enqueue::redeliver(
@@ -325,9 +327,9 @@ pub async fn redeliver(
 pub async fn redrive_dead(
     State(app): State<Arc<App>>,
     Path((ns, name)): Path<(String, String)>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Answer {
-    let (store, config) = app.endpoint(&headers, &ns, &name, REDELIVER).await?;
+    let (store, config) = app.endpoint(&caller, &ns, &name, REDELIVER).await?;
     let request = enqueue::request_id();
     // The newest record of each event says whether it is dead; the log is read back
     // from now, so the newest come first, and with a bound only events published since
@@ -389,9 +391,9 @@ pub async fn redrive_dead(
 pub async fn send_test_event(
     State(app): State<Arc<App>>,
     Path((ns, name)): Path<(String, String)>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Answer {
-    let (store, config) = app.endpoint(&headers, &ns, &name, REDELIVER).await?;
+    let (store, config) = app.endpoint(&caller, &ns, &name, REDELIVER).await?;
     let request = enqueue::request_id();
     let event_id =
         enqueue::test_event(store, &config, &request, app.settings.max_event_bytes).await?;

@@ -106,6 +106,7 @@ pub async fn run(
         Auth::kube(
             kube_client(config.kubeconfig.as_deref()).await?,
             metrics.reviews.clone(),
+            config.max_reviews_per_second,
         )
     };
     let nats = config.nats.connect("herald-api").await?;
@@ -128,13 +129,16 @@ pub async fn run(
     });
     tokio::spawn(open_store(app.clone()));
     tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "herald-api serving");
-    axum::serve(listener, routes::router(app))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|source| Error::Listen {
-            addr: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
-            source,
-        })
+    axum::serve(
+        listener,
+        routes::router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .map_err(|source| Error::Listen {
+        addr: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })
 }
 
 /// Opens the streams and the bucket, retrying until they exist (`/readyz` says

@@ -1,13 +1,13 @@
 //! The route table (one list, from which the router is built and against which the
 //! OpenAPI document is tested), the checks every tenant request passes — authenticate,
-//! the namespace's rate limit, authorize — and the probes.
+//! authorize, the namespace's rate limit — and the probes.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
@@ -15,7 +15,7 @@ use axum::routing::{MethodRouter, get, post};
 use herald_core::dataplane::EndpointConfig;
 
 use crate::App;
-use crate::auth::Access;
+use crate::auth::{Access, Caller};
 use crate::error::ApiError;
 use crate::handlers;
 use crate::limit::{Quota, retry_after_secs};
@@ -108,19 +108,17 @@ async fn track(State(app): State<Arc<App>>, request: Request, next: Next) -> Res
 }
 
 impl App {
-    /// Authenticates the caller, takes one request from the namespace's budget, and
-    /// checks `access` in the namespace (on the endpoint `name`, if given).
+    /// Authenticates the caller, checks `access` in the namespace (on the endpoint
+    /// `name`, if given), then takes one request from the namespace's budget: only a
+    /// caller with rights in a namespace can spend its budget.
     pub async fn guard(
         &self,
-        headers: &HeaderMap,
+        caller: &Caller,
         namespace: &str,
         access: Access,
         name: Option<&str>,
     ) -> Result<(), ApiError> {
-        let authorization = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        self.auth.authenticate(authorization).await?;
+        self.auth.check(caller, namespace, access, name).await?;
         let quota = self.quota(namespace).await;
         if let Err(wait) = self.limits.take(namespace, quota, Instant::now()) {
             let secs = retry_after_secs(wait);
@@ -135,9 +133,7 @@ impl App {
             error.retry_after = Some(secs);
             return Err(error);
         }
-        self.auth
-            .check(authorization, namespace, access, name)
-            .await
+        Ok(())
     }
 
     /// The namespace's quota: its tenant policy's (read at most every
@@ -172,12 +168,12 @@ impl App {
     /// configuration (404 when Herald does not deliver to it).
     pub async fn endpoint(
         &self,
-        headers: &HeaderMap,
+        caller: &Caller,
         namespace: &str,
         name: &str,
         access: Access,
     ) -> Result<(&crate::store::Store, EndpointConfig), ApiError> {
-        self.guard(headers, namespace, access, Some(name)).await?;
+        self.guard(caller, namespace, access, Some(name)).await?;
         let store = self.store()?;
         let config = store.endpoint(namespace, name).await?;
         Ok((store, config))

@@ -14,6 +14,9 @@ mod quota;
 #[path = "api/bounded.rs"]
 mod bounded;
 
+#[path = "api/hostile.rs"]
+mod hostile;
+
 use std::collections::HashSet;
 use std::time::Duration;
 

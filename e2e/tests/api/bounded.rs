@@ -203,14 +203,17 @@ async fn reads_of_a_long_log_are_bounded_in_memory_and_time() {
 
     // One namespace gets two reads at once; a third is refused at once, not queued.
     let list = format!("{base}/deliveries?limit=1");
-    let answers = futures::future::join_all(
-        (0..3).map(|_| api.send(Method::GET, &list, None, None, &[])),
-    )
-    .await;
+    let answers =
+        futures::future::join_all((0..3).map(|_| api.send(Method::GET, &list, None, None, &[])))
+            .await;
     let mut statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
     statuses.sort_unstable();
     assert_eq!(statuses, [200, 200, 429], "{answers:?}");
-    assert!(answers.iter().any(|(_, body)| body["error"]["code"] == "TooManyReads"));
+    assert!(
+        answers
+            .iter()
+            .any(|(_, body)| body["error"]["code"] == "TooManyReads")
+    );
 
     // With a bound below the log: the answer says how far back it read.
     let small = ApiProcess::start(&["--insecure-dev-no-auth", "--max-scan-records", "20000"]).await;
