@@ -25,6 +25,12 @@ pub struct Config {
     /// `--max-event-bytes`; keep them equal).
     #[arg(long, env = "HERALD_MAX_EVENT_BYTES", default_value_t = herald_core::envelope::DEFAULT_MAX_EVENT_BYTES)]
     pub max_event_bytes: usize,
+    /// How long an `Idempotency-Key` of HTTP ingest is remembered: a retry within it is
+    /// answered with the original event, after it stores a new one. Kept in the
+    /// `herald-idempotency` bucket this API creates (on disk in NATS, one small entry a
+    /// key, not in this process's memory).
+    #[arg(long, env = "HERALD_API_IDEMPOTENCY_WINDOW", default_value = "24h", value_parser = herald_core::duration::parse_std)]
+    pub idempotency_window: std::time::Duration,
     /// Requests per second each namespace may make (token bucket; refused with 429 and
     /// `Retry-After` above it).
     #[arg(long, env = "HERALD_API_RATE", default_value_t = 20.0)]

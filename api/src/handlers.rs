@@ -271,9 +271,9 @@ pub async fn create_event(
         .await
         .map_err(|_| ingest::too_large(max + 1, max))?;
     let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
-    let (subject, nats_headers) = ingest::check(&ns, key, &body, max)?;
+    let checked = ingest::check(&ns, key, &body, max)?;
     let store = app.store()?;
-    let accepted = ingest::publish(store, subject, nats_headers, body).await?;
+    let accepted = ingest::publish(store, &ns, checked, body).await?;
     let result = if accepted.duplicate {
         "duplicate"
     } else {

@@ -1,34 +1,37 @@
 //! HTTP ingest for producers that cannot speak NATS: `POST /v1/namespaces/{ns}/events`
 //! with an `Idempotency-Key`. The event is checked exactly as fan-out will check it
 //! (`herald_core::envelope::parse`, the same size limit, headers included) and published
-//! to `herald.events.<ns>.<type>` with `Nats-Msg-Id: http.<ns>.<SHA-256 of the key>`,
-//! so JetStream's duplicate window (2 minutes) drops a repeat and acknowledges it with
-//! the original's sequence; the event id is then the original's, from its publish time
-//! read back with a direct get. One key means one stored event, whoever retries.
+//! to `herald.events.<ns>.<type>`.
+//!
+//! One key means one stored event, whoever retries, for the idempotency window
+//! (`--idempotency-window`, 24 h): the first request claims the key in the
+//! `herald-idempotency` bucket under its namespace (`herald_core::dataplane::idempotency`)
+//! with a random `Nats-Msg-Id` and the body's hash, publishes with that id, and records
+//! the event id. A retry finds the claim: the same body is answered with the original
+//! event id (`duplicate: true`), another body is refused (409 `IdempotencyKeyReused`); a
+//! claim whose publish never answered (a crashed replica, a concurrent retry) is
+//! published again with its id, which JetStream's duplicate window (2 minutes) drops if
+//! the first publish was stored after all. No header another producer can set reaches
+//! this: its ids are not the claim's, and a key is only ever looked up in its own
+//! namespace.
 
 use async_nats::HeaderMap;
 use async_nats::header::NATS_MESSAGE_ID;
+use async_nats::jetstream::kv;
 use async_nats::jetstream::stream::DirectGetErrorKind;
 use axum::http::StatusCode;
 use herald_core::api::EventAccepted as Accepted;
-use herald_core::dataplane::{event_id, event_subject};
+use herald_core::clock::now_ms;
+use herald_core::dataplane::idempotency::{Claim, body_hash, entry_key};
+use herald_core::dataplane::{event_id, event_subject, parse_event_subject};
 use herald_core::envelope::{self, BadEvent, HeaderSize};
 use herald_core::pattern::validate_event_type;
-use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 use crate::store::Store;
 
 /// Longest `Idempotency-Key` taken.
 pub const MAX_KEY_LEN: usize = 255;
-
-/// `Nats-Msg-Id` of an HTTP-ingested event: the namespace and a hash of the key, so
-/// two tenants' keys never collide and the key itself is not stored.
-pub fn message_id(namespace: &str, key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("http.{namespace}.{hex}")
-}
 
 pub fn too_large(size: usize, limit: usize) -> ApiError {
     ApiError::new(
@@ -38,13 +41,20 @@ pub fn too_large(size: usize, limit: usize) -> ApiError {
     )
 }
 
-/// Checks the key and the body; returns the subject and the headers to publish with.
-pub fn check(
+/// A checked request: where to publish, and the key.
+#[derive(Debug)]
+pub struct Checked<'a> {
+    pub subject: String,
+    pub key: &'a str,
+}
+
+/// Checks the key and the body.
+pub fn check<'a>(
     namespace: &str,
-    key: Option<&str>,
+    key: Option<&'a str>,
     body: &[u8],
     max_bytes: usize,
-) -> Result<(String, HeaderMap), ApiError> {
+) -> Result<Checked<'a>, ApiError> {
     let key = key.map(str::trim).filter(|k| !k.is_empty()).ok_or_else(|| {
         ApiError::bad_request(
             "MissingIdempotencyKey",
@@ -83,9 +93,11 @@ pub fn check(
         ));
     }
     let subject = event_subject(namespace, ty);
+    // Exactly what fan-out will check, with the headers that will be stored (a message
+    // id of the claim's length).
     let mut headers = HeaderMap::new();
-    headers.insert(NATS_MESSAGE_ID, message_id(namespace, key).as_str());
-    // Exactly what fan-out will check, with the headers that will be stored.
+    let sample = Claim::new(namespace, body, 0, 0);
+    headers.insert(NATS_MESSAGE_ID, sample.message_id.as_str());
     envelope::parse(
         &subject,
         body,
@@ -102,19 +114,105 @@ pub fn check(
         ),
         other => ApiError::bad_request("InvalidEvent", other.bounded_text()),
     })?;
-    Ok((subject, headers))
+    Ok(Checked { subject, key })
 }
 
-/// Publishes a checked event; returns its id (the original's for a duplicate).
+/// Most turns of claim, publish and record for one request (another request of the same
+/// key may be doing the same at once).
+const TURNS: usize = 4;
+
+/// Publishes a checked event under its key; returns its id (the original's for a repeat).
 pub async fn publish(
     store: &Store,
-    subject: String,
-    headers: HeaderMap,
+    namespace: &str,
+    checked: Checked<'_>,
     body: bytes::Bytes,
 ) -> Result<Accepted, ApiError> {
+    let kv = &store.idempotency;
+    let entry = entry_key(namespace, checked.key);
+    let failed = |e: &dyn std::fmt::Display| ApiError::unavailable("the idempotency key", e);
+    for _ in 0..TURNS {
+        let fresh = Claim::new(namespace, &body, now_ms(), fastrand::u128(..));
+        let (claim, revision, ours) = match kv.create(&entry, fresh.encode()).await {
+            Ok(revision) => (fresh, revision, true),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                let Some(found) = kv.entry(&entry).await.map_err(|e| failed(&e))? else {
+                    continue; // expired meanwhile: claim it again
+                };
+                if found.operation != kv::Operation::Put {
+                    continue;
+                }
+                let claim = Claim::decode(&found.value).map_err(|e| failed(&e))?;
+                (claim, found.revision, false)
+            }
+            Err(e) => return Err(failed(&e)),
+        };
+        if claim.body != body_hash(&body) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "IdempotencyKeyReused",
+                format!(
+                    "Idempotency-Key {:?} was used for another event{} within the idempotency window; use a new key for a new event",
+                    checked.key,
+                    claim
+                        .event_id
+                        .as_deref()
+                        .map(|id| format!(" ({id})"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        if let Some(event_id) = claim.event_id {
+            return Ok(Accepted {
+                event_id,
+                duplicate: true,
+            });
+        }
+        // Ours, or a claim whose publish has not answered: publish with its id (a
+        // repeat within JetStream's window is dropped and answered with the original).
+        let (event_id, stored_before) = send(
+            store,
+            namespace,
+            &checked.subject,
+            &claim.message_id,
+            body.clone(),
+        )
+        .await?;
+        let answered = Claim {
+            event_id: Some(event_id.clone()),
+            ..claim
+        };
+        match kv.update(&entry, answered.encode(), revision).await {
+            Ok(_) => {
+                return Ok(Accepted {
+                    event_id,
+                    duplicate: !ours || stored_before,
+                });
+            }
+            // Another request of the key recorded it first: read what it recorded.
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+            Err(e) => return Err(failed(&e)),
+        }
+    }
+    Err(ApiError::unavailable(
+        "the idempotency key",
+        "too many concurrent requests with one key",
+    ))
+}
+
+/// Publishes with `message_id`; the event id, and whether JetStream had it already.
+async fn send(
+    store: &Store,
+    namespace: &str,
+    subject: &str,
+    message_id: &str,
+    body: bytes::Bytes,
+) -> Result<(String, bool), ApiError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(NATS_MESSAGE_ID, message_id);
     let ack = store
         .js
-        .publish_with_headers(subject, headers, body)
+        .publish_with_headers(subject.to_owned(), headers, body)
         .await
         .map_err(|e| ApiError::unavailable("publishing the event", e))?
         .await
@@ -129,18 +227,24 @@ pub async fn publish(
         }
         Err(e) => return Err(ApiError::unavailable("reading the stored event back", e)),
     };
+    // The id is random and this API's alone; a stored message of another namespace
+    // under it would mean it was not.
+    let ours = parse_event_subject(stored.subject.as_str()).is_some_and(|(ns, _)| ns == namespace);
+    if !ours {
+        return Err(ApiError::unavailable(
+            "publishing the event",
+            "JetStream answered with another namespace's message",
+        ));
+    }
     let published_ms = (stored.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
-    Ok(Accepted {
-        event_id: event_id(published_ms, ack.sequence),
-        duplicate: ack.duplicate,
-    })
+    Ok((event_id(published_ms, ack.sequence), ack.duplicate))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn code(r: Result<(String, HeaderMap), ApiError>) -> &'static str {
+    fn code(r: Result<Checked<'_>, ApiError>) -> &'static str {
         r.err().map(|e| e.code).unwrap_or("ok")
     }
 
@@ -192,13 +296,5 @@ mod tests {
             (e.status, e.code),
             (StatusCode::PAYLOAD_TOO_LARGE, "TooLarge")
         );
-    }
-
-    #[test]
-    fn keys_are_namespaced_and_hashed() {
-        let a = message_id("shop", "key-1");
-        assert_eq!(a, message_id("shop", "key-1"));
-        assert_ne!(a, message_id("bank", "key-1"));
-        assert!(a.starts_with("http.shop.") && !a.contains("key-1"));
     }
 }

@@ -147,7 +147,7 @@ async fn open_store(app: Arc<App>) {
     let js = async_nats::jetstream::new(app.nats.clone());
     let mut delay = Duration::from_millis(200);
     loop {
-        match Store::open(js.clone()).await {
+        match Store::open(js.clone(), app.settings.idempotency_window).await {
             Ok(store) => {
                 let _ = app.store.set(store);
                 tracing::info!("streams and buckets found");

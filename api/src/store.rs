@@ -12,7 +12,8 @@ use futures::StreamExt;
 use herald_core::api::{Limit, Truncated};
 use herald_core::dataplane::{
     ATTEMPTS_STREAM, AttemptRecord, BucketKey, CONFIG_BUCKET, DELIVERIES_STREAM, EVENTS_STREAM,
-    EndpointConfig, EndpointKey, Lane, LaneMessage, TenantPolicy, attempt_log, parse_event_subject,
+    EndpointConfig, EndpointKey, Lane, LaneMessage, TenantPolicy, attempt_log, layout,
+    parse_event_subject,
 };
 
 use crate::deliveries::Queued;
@@ -159,6 +160,8 @@ pub struct Store {
     attempts: Stream,
     lanes: Stream,
     pub events: Stream,
+    /// HTTP ingest's idempotency keys (created by this API).
+    pub idempotency: kv::Store,
 }
 
 /// A stored event, read back by its id.
@@ -191,14 +194,24 @@ pub fn event_sequence(event_id: &str) -> Option<u64> {
 }
 
 impl Store {
-    /// Opens the streams and the bucket (created by the dispatchers and the operator;
-    /// the API never creates them).
-    pub async fn open(js: jetstream::Context) -> Result<Self, async_nats::Error> {
+    /// Opens the streams and the configuration bucket (created by the dispatchers and
+    /// the operator; the API never creates them), then creates or opens its own bucket
+    /// of idempotency keys, each kept `window`, with as many replicas as the event store.
+    pub async fn open(
+        js: jetstream::Context,
+        window: std::time::Duration,
+    ) -> Result<Self, async_nats::Error> {
+        let mut events = js.get_stream(EVENTS_STREAM).await?;
+        let replicas = events.info().await?.config.num_replicas;
+        let idempotency = layout::ensure_bucket(&js, layout::idempotency(window), replicas)
+            .await
+            .map_err(Box::new)?;
         Ok(Self {
             config: js.get_key_value(CONFIG_BUCKET).await?,
             attempts: js.get_stream(ATTEMPTS_STREAM).await?,
             lanes: js.get_stream(DELIVERIES_STREAM).await?,
-            events: js.get_stream(EVENTS_STREAM).await?,
+            events,
+            idempotency,
             js,
         })
     }

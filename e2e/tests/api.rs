@@ -328,6 +328,25 @@ async fn ingest_is_idempotent_and_refuses_bad_events_with_their_reason() {
         )
         .await;
     assert_ne!(other["eventId"], first["eventId"]);
+    // The same key with another body is refused, naming the key.
+    let reused = api
+        .call(
+            Method::POST,
+            EVENTS,
+            &path,
+            None,
+            Some(json!({"type": "order.created", "data": {"id": 999}})),
+            &key,
+            409,
+        )
+        .await;
+    assert_eq!(reused["error"]["code"], "IdempotencyKeyReused");
+    assert!(
+        reused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("order-7")
+    );
 
     let bad = |body: &'static [u8], key: Option<&'static str>| {
         let api = &api;

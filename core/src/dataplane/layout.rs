@@ -14,8 +14,8 @@ use async_nats::jetstream::{self, ErrorCode, kv, stream};
 
 use super::{
     ATTEMPTS_PREFIX, ATTEMPTS_STREAM, CONFIG_BUCKET, DEADLETTER_PREFIX, DEADLETTER_STREAM,
-    DELIVERIES_STREAM, EVENTS_PREFIX, EVENTS_STREAM, HEALTH_BUCKET, LANE_PREFIX, SCHEDULE_PREFIX,
-    SHARDS_BUCKET, STORED_PREFIX,
+    DELIVERIES_STREAM, EVENTS_PREFIX, EVENTS_STREAM, HEALTH_BUCKET, IDEMPOTENCY_BUCKET,
+    LANE_PREFIX, SCHEDULE_PREFIX, SHARDS_BUCKET, STORED_PREFIX,
 };
 
 /// Default retention of events, attempt records and dead letters: 30 days.
@@ -124,6 +124,14 @@ pub const SHARDS: BucketSpec = BucketSpec {
     name: SHARDS_BUCKET,
     max_age: LEASE_TTL,
 };
+
+/// HTTP ingest's idempotency keys, created by herald-api: each is kept `window`.
+pub fn idempotency(window: Duration) -> BucketSpec {
+    BucketSpec {
+        name: IDEMPOTENCY_BUCKET,
+        max_age: window,
+    }
+}
 
 /// The oldest nats-server Herald runs on: retries are per-message schedules
 /// (`allow_msg_schedules`), new in 2.12.

@@ -11,6 +11,7 @@ use std::fmt;
 
 pub mod attempt_log;
 pub mod dead_letter;
+pub mod idempotency;
 pub mod lane;
 pub mod layout;
 pub mod records;
@@ -46,6 +47,8 @@ pub const CONFIG_BUCKET: &str = "herald-config";
 pub const HEALTH_BUCKET: &str = "herald-health";
 /// Shard leases and dispatcher membership.
 pub const SHARDS_BUCKET: &str = "herald-shards";
+/// HTTP ingest's idempotency keys, written by herald-api (`idempotency`).
+pub const IDEMPOTENCY_BUCKET: &str = "herald-idempotency";
 
 /// Prefix of ingest subjects: `herald.events.<namespace>.<event type>`.
 pub const EVENTS_PREFIX: &str = "herald.events";
