@@ -43,12 +43,14 @@ fn parse_state(text: &str) -> Option<&'static [State]> {
 }
 
 /// One attempt-log record and its sequence in the attempt log.
+#[derive(Clone)]
 pub struct Logged {
     pub seq: u64,
     pub record: AttemptRecord,
 }
 
 /// One message on the endpoint's lanes: an event queued for it.
+#[derive(Clone)]
 pub struct Queued {
     pub seq: u64,
     pub event_id: Arc<str>,
@@ -83,16 +85,9 @@ impl Filter {
         Ok(states)
     }
 
-    fn takes(&self, d: &Delivery) -> bool {
-        let published = event_published_ms(&d.event_id).unwrap_or_default();
-        d.state
-            .known()
-            .is_some_and(|state| self.takes_parts(published, *state, d.event_type.as_deref()))
-    }
-
     /// Whether a delivery of an event published at `published_ms`, in `state`, of
     /// `event_type`, is one the filter takes.
-    fn takes_parts(&self, published_ms: u64, state: State, event_type: Option<&str>) -> bool {
+    fn takes(&self, published_ms: u64, state: State, event_type: Option<&str>) -> bool {
         self.states.as_ref().is_none_or(|s| s.contains(&state))
             && self
                 .event_type
@@ -274,7 +269,7 @@ impl<'a> Fold<'a> {
             .filter(|(id, acc)| {
                 let published = published_of(**id);
                 published >= complete_from_ms
-                    && filter.takes_parts(published, state(acc, now_ms), acc.event_type.as_deref())
+                    && filter.takes(published, state(acc, now_ms), acc.event_type.as_deref())
             })
             .count()
     }
@@ -294,7 +289,7 @@ impl<'a> Fold<'a> {
             let acc = &self.by_id[&id];
             let published = published_of(id);
             filter
-                .takes_parts(published, state(acc, now_ms), acc.event_type.as_deref())
+                .takes(published, state(acc, now_ms), acc.event_type.as_deref())
                 .then(|| delivery(format!("msg_{}", ulid::Ulid(id)).into(), acc, now_ms))
         });
         paginate(items, at, limit)
@@ -367,15 +362,6 @@ pub fn summarize(
     }
     queued.into_iter().for_each(|q| fold.queued(q));
     fold.deliveries(now_ms)
-}
-
-/// The page after `at.after` of the deliveries `filter` takes.
-pub fn page(deliveries: Vec<Delivery>, filter: &Filter, at: &Cursor, limit: usize) -> Page {
-    let items = deliveries
-        .into_iter()
-        .filter(|d| at.after.as_deref().is_none_or(|after| &*d.event_id < after))
-        .filter(|d| filter.takes(d));
-    paginate(items, at, limit)
 }
 
 /// The first `limit` of `items` (in page order) and the cursor after them when more

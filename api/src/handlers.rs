@@ -148,11 +148,7 @@ pub async fn list_deliveries(
             break;
         }
     }
-    let complete_from = if scan.complete() {
-        0
-    } else {
-        scan.read_back_to()
-    };
+    let complete_from = scan.complete_from();
     let truncated = scan.truncated();
     let mut page = fold.page(&filter, complete_from, limit, now);
     // Records written before the dispatcher logged the type: the page's few are looked
@@ -342,11 +338,7 @@ pub async fn redrive_dead(
         .next_window(|seq, record| newest.add(seq, &record))
         .await?
     {}
-    let complete_from = if scan.complete() {
-        0
-    } else {
-        scan.read_back_to()
-    };
+    let complete_from = scan.complete_from();
     let mut truncated = scan.truncated();
     let mut dead = enqueue::dead_events(&newest, complete_from);
     drop(newest);

@@ -189,7 +189,7 @@ impl App {
         Ok(crate::store::Budget {
             records: self.settings.max_scan_records,
             until,
-            slot: Some(slot),
+            slot,
         })
     }
 

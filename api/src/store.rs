@@ -32,7 +32,7 @@ pub struct Budget {
     pub records: usize,
     pub until: tokio::time::Instant,
     /// Held while the read runs.
-    pub slot: Option<crate::scans::ScanPermit>,
+    pub slot: crate::scans::ScanPermit,
 }
 
 /// A read of one endpoint's attempt log from now back to a floor, window by window:
@@ -42,7 +42,7 @@ pub struct Budget {
 /// since `t` has all its records read ([`BackScan::read_back_to`]).
 ///
 /// Bounded: it stops for good when it has handed out [`Budget::records`] records or its
-/// time is up ([`BackScan::stopped`]); memory is one message at a time (at most
+/// time is up ([`BackScan::truncated`]); memory is one message at a time (at most
 /// `attempt_log::MAX_BATCH_BYTES`) plus what the caller keeps.
 pub struct BackScan<'a> {
     stream: &'a Stream,
@@ -115,7 +115,6 @@ impl BackScan<'_> {
                 break;
             }
             let seq = info.stream_sequence;
-            tracing::trace!(seq, remaining, "delivery log message");
             for record in attempt_log::decode(&message.payload) {
                 if self.budget.records == 0 {
                     self.stopped = Some(Limit::Records);
@@ -134,13 +133,14 @@ impl BackScan<'_> {
     }
 
     /// Whether the whole range down to the floor was read.
-    pub fn complete(&self) -> bool {
+    fn complete(&self) -> bool {
         self.stopped.is_none() && self.high_ms <= self.floor_ms
     }
 
-    /// The bound that stopped the scan, if one did.
-    pub fn stopped(&self) -> Option<Limit> {
-        self.stopped
+    /// The oldest publish time whose events have all their records read: 0 when the
+    /// whole range was, else [`BackScan::read_back_to`].
+    pub fn complete_from(&self) -> u64 {
+        if self.complete() { 0 } else { self.high_ms }
     }
 
     /// The answer's `truncated`, when a bound stopped the scan.
