@@ -11,6 +11,8 @@
 //! - a producer identity is refused reading `herald-config`, reading another tenant's
 //!   lane, purging a stream and publishing into another namespace, and can still publish
 //!   its own events (so the refusals are the permissions, not a broken connection);
+//! - producers receive JetStream's acknowledgements on their own inbox prefixes only:
+//!   one is refused `_INBOX.>` and another tenant's prefix, in both secure modes;
 //! - a client without a certificate of the CA, or without a known NKey, is refused;
 //! - the same in operator (JWT) mode (`testenv run --nats-secure … --nats-jwt`, the same
 //!   accounts file turned into account and user JWTs): the binaries log in with
@@ -49,10 +51,28 @@ struct Watched {
 
 impl Watched {
     async fn connect(env: &TestEnv, identity: &str) -> Self {
+        Self::connect_with(env, identity, env.nats_as(identity)).await
+    }
+
+    /// The producer of namespace `ns`, as its client must be set up: replies (JetStream's
+    /// acknowledgements) on its own inbox prefix `_INBOX.<ns>`, the only inbox its
+    /// permissions let it subscribe to.
+    async fn producer(env: &TestEnv, ns: &str) -> Self {
+        let identity = format!("producer-{ns}");
+        let options = env
+            .nats_as(&identity)
+            .custom_inbox_prefix(format!("_INBOX.{ns}"));
+        Self::connect_with(env, &identity, options).await
+    }
+
+    async fn connect_with(
+        env: &TestEnv,
+        identity: &str,
+        options: async_nats::ConnectOptions,
+    ) -> Self {
         let errors = Arc::new(Mutex::new(Vec::new()));
         let sink = errors.clone();
-        let client = env
-            .nats_as(identity)
+        let client = options
             .request_timeout(Some(Duration::from_secs(2)))
             .event_callback(move |event| {
                 let sink = sink.clone();
@@ -171,7 +191,7 @@ async fn deliver_as_own_identities(env: &'static TestEnv) {
 
     // The producer of tenant-a publishes (acknowledged) until the dispatcher, whose
     // index may not hold the endpoint yet, delivers one.
-    let producer = Watched::connect(env, "producer-tenant-a").await;
+    let producer = Watched::producer(env, "tenant-a").await;
     let js = jetstream::new(producer.client.clone());
     let deadline = Instant::now() + WAIT;
     let mut published = 0;
@@ -371,7 +391,7 @@ async fn a_producer_may_publish_its_own_events_and_nothing_else() {
     let admin_js = jetstream::new(admin.clone());
     // The layout exists (as a dispatcher would create it).
     herald_e2e::dataplane::DataPlane::new(admin.clone()).await;
-    let producer = Watched::connect(env, "producer-tenant-a").await;
+    let producer = Watched::producer(env, "tenant-a").await;
     let js = jetstream::new(producer.client.clone());
     let unique = herald_e2e::unique_name("probe").replace('-', "_");
 
@@ -495,6 +515,94 @@ async fn a_producer_may_publish_its_own_events_and_nothing_else() {
 }
 
 #[tokio::test]
+async fn a_producer_receives_only_its_own_acknowledgements() {
+    own_acknowledgements_only(private_secure_env()).await;
+}
+
+#[tokio::test]
+async fn in_jwt_mode_a_producer_receives_only_its_own_acknowledgements() {
+    own_acknowledgements_only(private_jwt_env()).await;
+}
+
+/// Producers share the account `PRODUCERS`; each receives JetStream's acknowledgements on
+/// its own inbox prefix `_INBOX.<ns>`. Tenant A is refused `_INBOX.>` and tenant B's
+/// prefix and sees none of B's acknowledgements, while its own still arrive; a client
+/// left on the shared default prefix gets no acknowledgement (its subscription is
+/// refused), so a producer set up the old way fails visibly instead of reading others'.
+async fn own_acknowledgements_only(env: &'static TestEnv) {
+    let admin = env.nats().await;
+    herald_e2e::dataplane::DataPlane::new(admin.clone()).await;
+    let spy = Watched::producer(env, "tenant-a").await;
+    let victim = Watched::producer(env, "tenant-b").await;
+    let unique = herald_e2e::unique_name("inbox").replace('-', "_");
+    let body = |ns: &str| {
+        serde_json::to_vec(&json!({"type": format!("{unique}.{ns}"), "data": {}}))
+            .expect("json")
+            .into()
+    };
+
+    let mut every_inbox = spy
+        .client
+        .subscribe("_INBOX.>")
+        .await
+        .expect("subscribe is sent");
+    spy.refused("every producer's inbox", "_INBOX.>").await;
+    let mut their_inbox = spy
+        .client
+        .subscribe("_INBOX.tenant-b.>")
+        .await
+        .expect("subscribe is sent");
+    spy.refused("tenant-b's inbox", "_INBOX.tenant-b.>").await;
+
+    let victim_js = jetstream::new(victim.client.clone());
+    for _ in 0..5 {
+        victim_js
+            .publish(format!("herald.events.tenant-b.{unique}.probe"), body("b"))
+            .await
+            .expect("publish")
+            .await
+            .expect("tenant-b's publish is acknowledged on its own inbox");
+    }
+    for (what, subscription) in [
+        ("_INBOX.>", &mut every_inbox),
+        ("_INBOX.tenant-b.>", &mut their_inbox),
+    ] {
+        let seen = tokio::time::timeout(Duration::from_secs(1), subscription.next()).await;
+        assert!(
+            !matches!(seen, Ok(Some(_))),
+            "tenant-a read one of tenant-b's acknowledgements on {what}"
+        );
+    }
+    jetstream::new(spy.client.clone())
+        .publish(format!("herald.events.tenant-a.{unique}.probe"), body("a"))
+        .await
+        .expect("publish")
+        .await
+        .expect("tenant-a's own publish is still acknowledged");
+
+    // The shared default prefix: the subscription for replies is refused, so the publish
+    // is never acknowledged (the server stores it; the producer's retry is deduplicated).
+    let shared = Watched::connect(env, "producer-tenant-a").await;
+    let mut js = jetstream::new(shared.client.clone());
+    js.set_timeout(Duration::from_secs(2));
+    let acked = match js
+        .publish(format!("herald.events.tenant-a.{unique}.shared"), body("a"))
+        .await
+    {
+        Ok(ack) => ack.await.is_ok(),
+        Err(_) => false,
+    };
+    assert!(!acked, "a reply reached the shared prefix _INBOX");
+    let errors = shared.errors.lock().unwrap().clone();
+    assert!(
+        errors.iter().any(|e| e
+            .to_lowercase()
+            .contains("permissions violation for subscription to \"_inbox.")),
+        "the server did not refuse the shared inbox: {errors:?}"
+    );
+}
+
+#[tokio::test]
 async fn clients_without_the_cas_certificate_or_a_known_nkey_are_refused() {
     let env = private_secure_env();
     let dir = env.nats_secure_dir().expect("a secure environment");
@@ -566,7 +674,7 @@ async fn in_jwt_mode_a_producers_credentials_reach_its_events_and_not_the_keys()
     let admin = env.nats().await;
     let admin_js = jetstream::new(admin.clone());
     herald_e2e::dataplane::DataPlane::new(admin.clone()).await;
-    let producer = Watched::connect(env, "producer-tenant-a").await;
+    let producer = Watched::producer(env, "tenant-a").await;
     let js = jetstream::new(producer.client.clone());
     let unique = herald_e2e::unique_name("probe").replace('-', "_");
 
