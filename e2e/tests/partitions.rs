@@ -1,7 +1,8 @@
 //! Partitioned fan-out, against the real NATS: the event store stores each event under
 //! its tenant's ingest partition (a subject transform of the server's), each partition is
-//! fanned out by its own consumer, and so a tenant's burst waits behind that tenant's
-//! partition, not in front of every tenant (docs/architecture.md, "Data flow").
+//! fanned out by its own consumer, and a partition's tenants take turns, so a tenant's
+//! burst waits behind itself, not in front of every tenant (docs/architecture.md, "Data
+//! flow").
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -101,11 +102,13 @@ async fn events_are_stored_in_their_tenants_partition_and_delivered() {
 
 /// Tenant A publishes a burst of 4,000 events, each for its ten endpoints (40,000 lane
 /// messages to fan out), while two steady tenants publish 40 events/s each: one in
-/// another partition, one in A's. The steady tenant of another partition keeps its
-/// latency; the one in A's partition waits behind the burst — which shows the burst
-/// was real, and that the partition is what isolates.
+/// another partition, one in A's. Both keep their latency: another partition's tenant
+/// because its partition is fanned out by its own worker, the one in A's partition
+/// because the partition's tenants take turns (the burst waits behind itself). Its p99
+/// stays far below the time the burst took to fan out, which is what it waited before
+/// turns (every event published during the burst queued behind the rest of it).
 #[tokio::test]
-async fn one_tenants_burst_waits_behind_its_own_partition_only() {
+async fn one_tenants_burst_waits_behind_itself() {
     let _serial = one_at_a_time().await;
     dispatcher();
     let dp = DataPlane::new(env().nats().await).await;
@@ -200,29 +203,33 @@ async fn one_tenants_burst_waits_behind_its_own_partition_only() {
     let started = Instant::now();
     let (other_during, same_during, sent) = steady(1000, 400, Some(&is_busy)).await;
     watcher.await.expect("the burst's watcher");
+    let burst_ms = started.elapsed().as_secs_f64() * 1e3;
     println!(
         "burst of 4,000 events x 10 endpoints fanned out in about {:.1} s; {sent} steady events \
-         each: other partition p99 {before:.1} ms alone, {other_during:.1} ms during the burst; \
-         the burst's own partition p99 {same_during:.1} ms",
-        started.elapsed().as_secs_f64()
+         each: p99 {before:.1} ms alone; during the burst {other_during:.1} ms in another \
+         partition, {same_during:.1} ms in the burst's own",
+        burst_ms / 1e3
     );
     assert!(
         sent >= 10,
         "the burst was over before the steady tenants published"
     );
-    // The claim, robust to the machine's load (both steady tenants share it): the
-    // burst's own partition waits behind it, another partition does not. The bound on
-    // the change is loose for a shared 2-core machine and a debug build, where fan-out
-    // of the burst, its NATS server and the other partition share two cores.
+    // The claims, robust to the machine's load (the burst's fan-out, its NATS server and
+    // both steady tenants share two cores, in a debug build): the neighbour in the
+    // burst's partition did not wait behind the burst — its p99 is a small part of the
+    // burst's duration, where waiting behind it costs about all of it — and neither
+    // steady tenant's latency moved by more than the machine's noise.
     assert!(
-        other_during * 4.0 < same_during,
-        "another partition's tenant ({other_during:.1} ms) was not spared the burst that \
-         its own partition's tenant waited behind ({same_during:.1} ms)"
+        same_during * 4.0 < burst_ms,
+        "the tenant in the burst's partition waited behind it: p99 {same_during:.1} ms of a \
+         {burst_ms:.0} ms burst"
     );
-    assert!(
-        other_during < before + 500.0,
-        "another partition's tenant went from {before:.1} ms to {other_during:.1} ms"
-    );
+    for (what, during) in [("another", other_during), ("the burst's own", same_during)] {
+        assert!(
+            during < before + 500.0,
+            "the tenant in {what} partition went from {before:.1} ms to {during:.1} ms"
+        );
+    }
     for config in burst.iter().chain(&other).chain(&same) {
         dp.delete_endpoint(&config.namespace, &config.name).await;
     }

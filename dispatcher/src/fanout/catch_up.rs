@@ -94,6 +94,22 @@ impl FanOut {
         Ok(())
     }
 
+    /// Whether an event of this worker's source is stored between `next` and `seq`
+    /// (exclusive): one handed to a pull of ours that never arrived. A partition's
+    /// sequences are not consecutive (the stream holds every partition), so a message
+    /// beyond `next` is usually no loss at all.
+    pub(super) async fn lost_before(
+        &self,
+        next: u64,
+        seq: u64,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, async_nats::Error> {
+        Ok(self
+            .read_next(next, stop)
+            .await?
+            .is_some_and(|first| first.seq < seq))
+    }
+
     /// Reads back the first stored event of this worker's source at or after `seq`:
     /// `None` when there is none. Any other error is retried — skipping an event that
     /// exists would deliver it out of order, after its redelivery. An error is returned

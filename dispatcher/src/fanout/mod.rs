@@ -15,6 +15,11 @@
 //! after every lane publish is acknowledged, so a crash in between re-delivers the event
 //! and JetStream's duplicate window drops the repeated lane messages.
 //!
+//! Tenants of a partition take turns: a worker reads up to `READ_AHEAD` events ahead
+//! into one queue per namespace and fans out one event of each in turn (`turns`), so a
+//! tenant's burst waits behind itself, not in front of its neighbours; a namespace's
+//! events keep their order.
+//!
 //! Contract:
 //! - nothing is fanned out before the configuration is completely loaded (an event is
 //!   never skipped or dead-lettered because its endpoints are not known yet);
@@ -27,6 +32,7 @@
 //! - a partition's worker fans nothing out while `herald-fanout` still holds events
 //!   stored before partitioning (an upgrade): they are older than any partitioned event.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,13 +40,14 @@ use async_nats::jetstream::consumer::{self, PriorityPolicy, pull};
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, Message};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use herald_core::dataplane::{self, DeadLetter, LaneMessage, Origin, lane};
 use tokio::sync::{mpsc, watch};
 
 mod ack;
 mod catch_up;
 mod partition;
+mod turns;
 
 pub use partition::{Source, spawn_for_shard};
 
@@ -48,6 +55,7 @@ use crate::index::{Claim, Cover, Index};
 use crate::metrics::{Metrics, PartitionLabel, ReasonLabel};
 use crate::supervise::{Backoff, Readiness};
 use herald_core::envelope::{self, BadEvent, HeaderSize};
+use turns::Turns;
 
 /// Name of the durable consumer of events stored without a partition; partition `p`'s is
 /// `herald-fanout-<p>`.
@@ -57,6 +65,15 @@ pub const PART: &str = "fanout";
 const GROUP: &str = "herald";
 /// Events fanned out but not yet acked (their lane publishes are in flight).
 const PIPELINE: usize = 4096;
+/// Events a partition's worker reads ahead of what it fans out, so that its tenants
+/// take turns (`turns`): with the acker's `PIPELINE`, under the consumer's
+/// `max_ack_pending`.
+const READ_AHEAD: usize = 10_000;
+/// Bytes of events read ahead, at most (one event is always taken).
+const READ_AHEAD_BYTES: usize = 32 << 20;
+/// How often events waiting in the read-ahead tell JetStream they are in progress; well
+/// under the consumer's ack wait.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// How often the fan-out lag gauge is refreshed from the consumer's state.
 const LAG_INTERVAL: Duration = Duration::from_secs(5);
 /// Bytes of an event kept in its dead letter when the event itself is too large: the
@@ -101,6 +118,19 @@ struct Pending {
     acks: Vec<PublishAckFuture>,
 }
 
+/// Where a worker's intake stands.
+#[derive(Default)]
+struct Intake {
+    /// The sequence the next new message should have: a message beyond it means the
+    /// ones between were handed to a pull of ours that never arrived.
+    expected: Option<u64>,
+    /// Events stored without a partition may be any namespace's: while such events are
+    /// fanned out, the index keeps every endpoint (see `index::scope`).
+    everything: Option<Cover>,
+    /// The last message taken in was the last one pending.
+    drained: bool,
+}
+
 /// The publishes could not be sent; try the event again.
 struct Retry;
 
@@ -131,49 +161,92 @@ impl FanOut {
             self.metrics.clone(),
             self.source.label(),
         )));
-        // The sequence the next new message should have: a message beyond it means the
-        // ones between were handed to a pull of ours that never arrived.
-        let mut expected: Option<u64> = None;
-        // Events stored without a partition may be any namespace's: while such events
-        // are fanned out, the index keeps every endpoint (see `index::scope`).
-        let mut everything: Option<Cover> = None;
+        let mut intake = Intake::default();
+        let mut turns = Turns::new(self.source.read_ahead(), READ_AHEAD_BYTES);
+        // A worker's first message, or one after a gap, waits until the read-ahead is
+        // fanned out: the events it re-publishes first are older than it, and than
+        // nothing queued (see `catch_up`).
+        let mut held: Option<Message> = None;
+        let mut progress = tokio::time::Instant::now();
         let result = loop {
-            let message = tokio::select! {
-                _ = stop.wait_for(|s| *s) => break Ok(()),
-                next = messages.next() => match next {
-                    Some(Ok(message)) => message,
-                    Some(Err(error)) => {
+            if *stop.borrow() {
+                // What is read ahead is not acked: the next worker re-publishes it first.
+                break Ok(());
+            }
+            // Take in what has arrived, without waiting, up to the read-ahead's bound.
+            let mut ended = ControlFlow::Continue(());
+            while held.is_none() && !turns.is_full() {
+                let message = match messages.next().now_or_never() {
+                    Some(Some(Ok(message))) => message,
+                    Some(Some(Err(error))) => {
                         tracing::debug!(%error, "fan-out pull");
                         continue;
                     }
-                    None => break Err("the fan-out consumer ended".into()),
-                },
-            };
-            let Some(stored) = Stored::from_message(&message) else {
-                continue;
-            };
-            // The last message pending: a claim on every endpoint can go.
-            let drained = message.info().is_ok_and(|info| info.pending == 0);
-            if self.source == Source::Unpartitioned
-                && everything.is_none()
-                && needs_every_endpoint(&stored, expected)
-            {
-                match self.index.cover(Claim::Everything, &mut stop).await {
-                    Some(cover) => everything = Some(cover),
-                    None => break Ok(()),
+                    Some(None) => {
+                        ended = ControlFlow::Break(Err("the fan-out consumer ended".into()));
+                        break;
+                    }
+                    None => break,
+                };
+                if !turns.is_empty() {
+                    match self.catch_up_first(&message, &mut intake, &mut stop).await {
+                        Ok(false) => {}
+                        Ok(true) => {
+                            held = Some(message);
+                            break;
+                        }
+                        Err(error) => {
+                            ended = ControlFlow::Break(Err(error));
+                            break;
+                        }
+                    }
+                }
+                ended = self
+                    .admit(message, &mut intake, &mut turns, &consumer, &tx, &mut stop)
+                    .await;
+                if ended.is_break() {
+                    break;
                 }
             }
-            if expected.is_none()
-                && let Err(error) = self.after_unpartitioned(stored.seq, &mut stop).await
-            {
-                break Err(error);
+            if let ControlFlow::Break(result) = ended {
+                break result;
             }
-            if let Err(error) = self
-                .fill_gaps(&consumer, stored.seq, &mut expected, &tx, &mut stop)
-                .await
-            {
-                break Err(error);
+            if turns.is_empty() {
+                let message = match held.take() {
+                    Some(message) => message,
+                    None => tokio::select! {
+                        _ = stop.wait_for(|s| *s) => break Ok(()),
+                        next = messages.next() => match next {
+                            Some(Ok(message)) => message,
+                            Some(Err(error)) => {
+                                tracing::debug!(%error, "fan-out pull");
+                                continue;
+                            }
+                            None => break Err("the fan-out consumer ended".into()),
+                        },
+                    },
+                };
+                if let ControlFlow::Break(result) = self
+                    .admit(message, &mut intake, &mut turns, &consumer, &tx, &mut stop)
+                    .await
+                {
+                    break result;
+                }
+                continue;
             }
+            if progress.elapsed() >= PROGRESS_EVERY {
+                // Read ahead is not forgotten: JetStream would redeliver an event still
+                // queued here after its ack wait.
+                for (_, message) in turns.iter() {
+                    if let Err(error) = message.ack_with(jetstream::AckKind::Progress).await {
+                        tracing::debug!(%error, "extending a queued event's ack wait");
+                    }
+                }
+                progress = tokio::time::Instant::now();
+            }
+            let Some((stored, message)) = turns.pop() else {
+                continue;
+            };
             let Some(pending) = self
                 .fan_out_retrying(&stored, Some(message), &mut stop)
                 .await
@@ -183,8 +256,8 @@ impl FanOut {
             if tx.send(pending).await.is_err() {
                 break Err("the fan-out acker stopped".into());
             }
-            if drained {
-                everything = None;
+            if turns.is_empty() && intake.drained {
+                intake.everything = None;
             }
         };
         drop(tx);
@@ -192,6 +265,79 @@ impl FanOut {
         drop(lag);
         self.metrics.fanout_pending.remove(&self.source.label());
         result
+    }
+
+    /// Whether `message` must wait until the read-ahead is fanned out: it is a worker's
+    /// first, or events of this source were lost on the way before it (they are
+    /// re-published first, and are older than what is queued). A message beyond the
+    /// expected sequence with nothing lost in between (another partition's events) moves
+    /// `expected` on.
+    async fn catch_up_first(
+        &self,
+        message: &Message,
+        intake: &mut Intake,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, async_nats::Error> {
+        let Ok(info) = message.info() else {
+            return Ok(false);
+        };
+        let seq = info.stream_sequence;
+        match intake.expected {
+            None => Ok(true),
+            Some(next) if seq > next => {
+                let lost = self.lost_before(next, seq, stop).await?;
+                if !lost {
+                    intake.expected = Some(seq);
+                }
+                Ok(lost)
+            }
+            Some(_) => Ok(false),
+        }
+    }
+
+    /// Takes `message` into the read-ahead: first, for a worker's first message or one
+    /// after a gap, the events to re-publish before it (with `turns` empty, so they are
+    /// older than anything queued). `Break` ends the worker with the result.
+    async fn admit(
+        &self,
+        message: Message,
+        intake: &mut Intake,
+        turns: &mut Turns<(Stored, Message)>,
+        consumer: &consumer::Consumer<pull::Config>,
+        tx: &mpsc::Sender<Pending>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> ControlFlow<Result<(), async_nats::Error>> {
+        let Some(stored) = Stored::from_message(&message) else {
+            return ControlFlow::Continue(());
+        };
+        // The last message pending: a claim on every endpoint can go once it is out.
+        intake.drained = message.info().is_ok_and(|info| info.pending == 0);
+        if self.source == Source::Unpartitioned
+            && intake.everything.is_none()
+            && needs_every_endpoint(&stored, intake.expected)
+        {
+            match self.index.cover(Claim::Everything, stop).await {
+                Some(cover) => intake.everything = Some(cover),
+                None => return ControlFlow::Break(Ok(())),
+            }
+        }
+        if intake.expected.is_none()
+            && let Err(error) = self.after_unpartitioned(stored.seq, stop).await
+        {
+            return ControlFlow::Break(Err(error));
+        }
+        if let Err(error) = self
+            .fill_gaps(consumer, stored.seq, &mut intake.expected, tx, stop)
+            .await
+        {
+            return ControlFlow::Break(Err(error));
+        }
+        let namespace = dataplane::parse_event_subject(&stored.subject)
+            .map_or("", |(ns, _)| ns)
+            .to_owned();
+        let bytes = stored.payload.len();
+        turns.push(&namespace, (stored, message), bytes);
+        ControlFlow::Continue(())
     }
 
     /// The source's durable consumer and its message stream. The filter of an existing

@@ -38,6 +38,17 @@ impl Source {
         }
     }
 
+    /// Events read ahead of fan-out. A partition's tenants take turns; events stored
+    /// without a partition are few (those of an upgrade, and dead letters) and keep one
+    /// worker's claim on every endpoint only while it fans them out, so they go one at
+    /// a time.
+    pub(super) fn read_ahead(self) -> usize {
+        match self {
+            Self::Partition(_) => super::READ_AHEAD,
+            Self::Unpartitioned => 1,
+        }
+    }
+
     pub(super) fn label(self) -> PartitionLabel {
         PartitionLabel {
             partition: match self {
