@@ -409,6 +409,36 @@ fn egress_proxies_render_as_flags_and_projected_credentials() {
     );
 }
 
+/// The API's bounds on what one tenant's requests cost (reads of the log, reviews, the
+/// idempotency window) are chart values, passed as the environment herald-api reads.
+#[test]
+fn api_bounds_render_as_its_environment() {
+    let set = [
+        "api.enabled=true",
+        "api.maxScanRecords=50000",
+        "api.maxScanSeconds=5",
+        "api.maxConcurrentScans=8",
+        "api.maxReviewsPerSecond=30",
+        "api.idempotencyWindow=12h",
+    ];
+    let docs = documents(&template("bounds", "herald", &set));
+    let api = docs
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "bounds-herald-api")
+        .expect("the API Deployment");
+    let api: Deployment = serde_json::from_value(api).expect("a Deployment");
+    let env = container_env(api.spec.template.spec.as_ref());
+    for (name, value) in [
+        ("HERALD_API_MAX_SCAN", "50000"),
+        ("HERALD_API_MAX_SCAN_SECONDS", "5"),
+        ("HERALD_API_MAX_CONCURRENT_SCANS", "8"),
+        ("HERALD_API_MAX_REVIEWS", "30"),
+        ("HERALD_API_IDEMPOTENCY_WINDOW", "12h"),
+    ] {
+        assert_eq!(env_value(&env, name).as_deref(), Some(value), "{name}");
+    }
+}
+
 #[tokio::test]
 async fn bad_values_are_refused_with_a_message() {
     let ctx = TestContext::new("chart-schema").await;
