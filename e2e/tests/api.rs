@@ -17,6 +17,9 @@ mod bounded;
 #[path = "api/hostile.rs"]
 mod hostile;
 
+#[path = "api/suite.rs"]
+mod suite;
+
 use std::collections::HashSet;
 use std::time::Duration;
 

@@ -16,7 +16,7 @@ use herald_e2e::{env, unique_name};
 use reqwest::Method;
 use serde_json::json;
 
-use super::support::ApiProcess;
+use super::support::{ApiProcess, heavy};
 
 /// Records in the log.
 const RECORDS: usize = 100_000;
@@ -54,6 +54,7 @@ async fn timed<T>(what: &str, request: impl Future<Output = T>) -> T {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_of_a_long_log_are_bounded_in_memory_and_time() {
+    let _heavy = heavy().await;
     herald_api::install_crypto_provider();
     let dp = DataPlane::new(env().nats().await).await;
     let ns = unique_name("bounded");

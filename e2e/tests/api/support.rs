@@ -14,6 +14,13 @@ use serde_json::{Value, json};
 
 pub const WAIT: Duration = Duration::from_secs(60);
 
+/// The tests that load the machine (a long log read back, the hostile-tenant suite,
+/// which measures a victim's latency) one at a time.
+pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    HEAVY.lock().await
+}
+
 /// A running `herald-api`, stopped when dropped.
 pub struct ApiProcess {
     child: Child,
