@@ -247,17 +247,20 @@ pub async fn run(
     let mut lanes = LanesWatch::default();
     let mut tick = tokio::time::interval(RENEW_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A stop sender dropped without a word stops the replica too; `changed` is not asked
+    // again then (it would answer at once, forever).
+    let mut stop_open = true;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = stop.changed() => {}
+            changed = stop.changed(), if stop_open => stop_open = changed.is_ok(),
         }
         leases.renew().await;
         if let Some(why) = lanes.check(&shared.layout.js).await {
             leases.fail_all(&why).await;
         }
         leases.reap().await;
-        if *stop.borrow() {
+        if !stop_open || *stop.borrow() {
             leases.drain_all();
             if leases.held.is_empty() {
                 break;

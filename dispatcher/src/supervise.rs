@@ -122,7 +122,8 @@ pub async fn supervise<F, Fut, E>(
     loop {
         let started = Instant::now();
         let outcome = start().await;
-        if *stop.borrow() {
+        // Asked to stop, or the owner gone (the sender dropped): not restarted.
+        if *stop.borrow() || stop.has_changed().is_err() {
             return;
         }
         readiness.set(part, false);
@@ -141,10 +142,62 @@ pub async fn supervise<F, Fut, E>(
     }
 }
 
+/// A task that is aborted when this handle is dropped, however its owner ends: returned,
+/// failed, or itself aborted (a plain `JoinHandle` dropped leaves its task running).
+pub struct Owned<T>(Option<tokio::task::JoinHandle<T>>);
+
+impl<T> Owned<T> {
+    pub fn new(task: tokio::task::JoinHandle<T>) -> Self {
+        Self(Some(task))
+    }
+
+    /// The handle, no longer aborted on drop.
+    pub fn release(mut self) -> tokio::task::JoinHandle<T> {
+        self.0.take().expect("an owned task")
+    }
+}
+
+impl<T> Drop for Owned<T> {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Dropping the owner's handle stops the task (a dropped `JoinHandle` would not):
+    /// what keeps a replay's worker from outliving its shard.
+    #[tokio::test]
+    async fn an_owned_task_stops_when_its_handle_is_dropped() {
+        let alive = Arc::new(());
+        let held = alive.clone();
+        let owned = Owned::new(tokio::spawn(async move {
+            let _held = held;
+            std::future::pending::<()>().await;
+        }));
+        tokio::task::yield_now().await;
+        assert_eq!(Arc::strong_count(&alive), 2, "the task runs");
+        drop(owned);
+        for _ in 0..100 {
+            if Arc::strong_count(&alive) == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(Arc::strong_count(&alive), 1, "the task was aborted");
+
+        let released = Owned::new(tokio::spawn(async { 7 })).release();
+        assert_eq!(
+            released.await.unwrap(),
+            7,
+            "a released task is the caller's"
+        );
+    }
 
     #[test]
     fn backoff_doubles_to_its_cap_and_resets() {

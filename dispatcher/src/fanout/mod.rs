@@ -53,7 +53,7 @@ pub use partition::{Source, spawn_for_shard};
 
 use crate::index::{Claim, Cover, Index};
 use crate::metrics::{Metrics, PartitionLabel, ReasonLabel};
-use crate::supervise::{Backoff, Readiness};
+use crate::supervise::{Backoff, Owned, Readiness};
 use herald_core::envelope::{self, BadEvent, HeaderSize};
 use turns::Turns;
 
@@ -156,7 +156,7 @@ impl FanOut {
         tracing::info!(source = ?self.source, "fan-out running");
         let (tx, rx) = mpsc::channel::<Pending>(PIPELINE);
         let acker = tokio::spawn(ack::ack_in_order(rx, self.metrics.clone()));
-        let lag = AbortOnDrop(tokio::spawn(report_lag(
+        let lag = Owned::new(tokio::spawn(report_lag(
             consumer.clone(),
             self.metrics.clone(),
             self.source.label(),
@@ -169,8 +169,9 @@ impl FanOut {
         let mut held: Option<Message> = None;
         let mut progress = tokio::time::Instant::now();
         let result = loop {
-            if *stop.borrow() {
-                // What is read ahead is not acked: the next worker re-publishes it first.
+            if *stop.borrow() || stop.has_changed().is_err() {
+                // Asked to stop, or its shard gone. What is read ahead is not acked: the
+                // next worker re-publishes it first.
                 break Ok(());
             }
             // Take in what has arrived, without waiting, up to the read-ahead's bound.
@@ -559,15 +560,6 @@ async fn report_lag(
             }
             Err(error) => tracing::debug!(%error, "fan-out consumer info"),
         }
-    }
-}
-
-/// Aborts a helper task when its owner returns, however it returns.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

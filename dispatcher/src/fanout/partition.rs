@@ -10,6 +10,7 @@ use herald_core::dataplane;
 use tokio::sync::watch;
 
 use super::{CONSUMER, FanOut, PART};
+use crate::index::Claim;
 use crate::metrics::PartitionLabel;
 
 /// What one fan-out worker reads.
@@ -79,8 +80,19 @@ pub fn spawn_for_shard(
             readiness.clone(),
             stop.clone(),
             move || {
-                let (shared, readiness, stop) = (shared.clone(), readiness.clone(), stop.clone());
+                let (shared, readiness, mut stop) =
+                    (shared.clone(), readiness.clone(), stop.clone());
                 async move {
+                    // The worker's own claim on the shard's part of the index, dropped
+                    // only with the worker: the index forgets the partition's namespaces
+                    // after the worker has stopped, never while it matches an event (it
+                    // would dead-letter an accepted event as `UnknownTenant`). The
+                    // shard's claim alone is dropped when the shard task is aborted,
+                    // while an aborted worker may still run until its next yield.
+                    let Some(_cover) = shared.index.cover(Claim::Shard(shard), &mut stop).await
+                    else {
+                        return Ok(());
+                    };
                     // A connection of its own: another partition's burst of publishes
                     // (and their acks) never queues in front of this one's.
                     let name = format!(

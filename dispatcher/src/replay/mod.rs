@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::context::Shared;
 use crate::index::Endpoint;
+use crate::supervise::Owned;
 
 pub mod live;
 mod scan;
@@ -67,7 +68,10 @@ pub fn failed(newest: &Newest, event_id: &str) -> bool {
 pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
     // One entry per request seen (replays are few and deleted by their owners); the task
     // says whether the replay was this shard's.
-    let mut workers: HashMap<String, (String, JoinHandle<bool>)> = HashMap::new();
+    // Dropped with this task however it ends (aborted with its shard too): each worker
+    // is aborted then, and never outlives the replay's deletion to write its progress
+    // back.
+    let mut workers: HashMap<String, (String, Owned<bool>)> = HashMap::new();
     let live = shared.replays.clone();
     let watch = async {
         loop {
@@ -92,7 +96,7 @@ pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
                         live.mark_loaded();
                     }
                     if let Some((_, task)) = workers.remove(&entry.key) {
-                        withdraw(&shared, shard, &entry.key, task).await;
+                        withdraw(&shared, shard, &entry.key, task.release()).await;
                     }
                     continue;
                 }
@@ -115,18 +119,14 @@ pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
                 }
                 let uid = request.uid.clone();
                 let task = tokio::spawn(work(shared.clone(), shard, entry.key.clone(), request));
-                if let Some((_, old)) = workers.insert(entry.key, (uid, task)) {
-                    old.abort();
-                }
+                // A request replaced (a new uid): the old worker is aborted as it drops.
+                workers.insert(entry.key, (uid, Owned::new(task)));
             }
         }
     };
     tokio::select! {
         () = watch => {}
         _ = stop.wait_for(|stop| *stop) => {}
-    }
-    for (_, (_, task)) in workers {
-        task.abort();
     }
 }
 
@@ -202,7 +202,7 @@ struct Replay<'a> {
 impl Replay<'_> {
     async fn carry_out(&self) -> Result<(), async_nats::Error> {
         debug_assert!(BucketKey::parse(self.key).is_some());
-        let mut progress = self.read_progress().await;
+        let mut progress = self.read_progress().await?;
         if !progress.done {
             self.scan(&mut progress).await?;
         }
@@ -219,16 +219,19 @@ impl Replay<'_> {
         Ok(())
     }
 
-    async fn read_progress(&self) -> ReplayProgress {
+    /// The progress saved for this replay, or a fresh one when there is none (or it is
+    /// another replay's of the same name). A read that fails is an error, not "no
+    /// progress": starting over would send everything up to the cursor again.
+    async fn read_progress(&self) -> Result<ReplayProgress, async_nats::Error> {
         let uid = &self.request.uid;
-        let saved = self.shared.layout.health.get(self.key).await.ok().flatten();
-        saved
+        let saved = self.shared.layout.health.get(self.key).await?;
+        Ok(saved
             .and_then(|v| serde_json::from_slice::<ReplayProgress>(&v).ok())
             .filter(|p| p.uid == *uid)
             .unwrap_or_else(|| ReplayProgress {
                 uid: uid.clone(),
                 ..Default::default()
-            })
+            }))
     }
 
     async fn write_progress(&self, progress: &ReplayProgress) -> Result<(), async_nats::Error> {

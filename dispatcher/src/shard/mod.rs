@@ -180,7 +180,9 @@ impl Runtime {
         loop {
             let next_timer = self.ring.next_timer();
             tokio::select! {
-                _ = stop.changed() => if *stop.borrow() { break },
+                // A stop sender dropped without a word (the lease given up) stops the
+                // shard too: `changed` would otherwise answer at once, forever.
+                changed = stop.changed() => if changed.is_err() || *stop.borrow() { break },
                 Some(done) = self.attempts.join_next(), if !self.attempts.is_empty() => {
                     match done {
                         Ok(completion) => self.on_completion(completion),
