@@ -66,6 +66,13 @@ bench: e2e-tools ## Run the benchmark (release build): docs/benchmark.md, its pl
 	cargo build --release -p herald-e2e --bins
 	$(CARGO_TARGET_DIR)/release/herald-bench --report docs/benchmark.md --plots docs/bench $(BENCH_FLAGS)
 
+# The isolation scenarios alone, more rounds, for a confidence interval narrow enough to
+# tell a case from the baseline's own noise (about 25 minutes on 2 cores).
+.PHONY: bench-isolation
+bench-isolation: e2e-tools ## The isolation scenarios alone, 10 rounds: docs/bench/isolation.md (BENCH_FLAGS)
+	cargo build --release -p herald-e2e --bins
+	$(CARGO_TARGET_DIR)/release/herald-bench --scenarios isolation,isolation-scale,burst --runs $(or $(ROUNDS),10) --report docs/bench/isolation.md --plots docs/bench/isolation $(BENCH_FLAGS)
+
 .PHONY: bench-smoke
 bench-smoke: e2e-tools ## Every benchmark scenario at a tiny size, once; fails unless each delivered everything (the e2e test bench.rs runs the same)
 	cargo build --release -p herald-e2e --bins

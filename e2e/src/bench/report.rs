@@ -3,8 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::stats::Run;
-use super::stats::Spread;
+use super::stats::{Change, Run, Spread, Verdict};
 use super::{Case, Options, Results};
 
 fn over(runs: &[Run], f: impl Fn(&Run) -> f64) -> Spread {
@@ -27,14 +26,36 @@ fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "**not met**" }
 }
 
-/// The relative change of the median over runs of the p99 (publish acknowledged →
-/// received) of `case` against `base`'s, and the two. The median of the runs rather than
-/// the p99 of their samples pooled: one run with a stall of the machine (a 100 ms pause
-/// holds up a hundred deliveries at 1,000/s) decides a pooled p99 alone.
-fn p99_change(base: &Case, case: &Case) -> (f64, f64, f64) {
+/// The p99 (publish acknowledged → received) of `case` against `base`'s, paired by
+/// round, with its interval ([`Change`]), and the medians over the runs of both. Per
+/// run rather than the p99 of their samples pooled: one run with a stall of the machine
+/// (a 100 ms pause holds up a hundred deliveries at 1,000/s) decides a pooled p99 alone.
+fn p99_change(base: &Case, case: &Case) -> (Option<Change>, f64, f64) {
+    let p99s = |c: &Case| c.runs.iter().map(|r| r.acked.p99).collect::<Vec<_>>();
     let b = over(&base.runs, |r| r.acked.p99).median;
     let c = over(&case.runs, |r| r.acked.p99).median;
-    ((c / b.max(1e-9) - 1.0) * 100.0, b, c)
+    (Change::paired(&p99s(base), &p99s(case)), b, c)
+}
+
+/// A change as `+x.x % (95 % CI a…b %, n rounds)`.
+fn show_change(change: Option<Change>) -> String {
+    match change {
+        Some(c) => format!(
+            "{:+.1} % (95 % CI {:+.1}…{:+.1} %, {} rounds)",
+            c.median, c.low, c.high, c.rounds
+        ),
+        None => "—".to_owned(),
+    }
+}
+
+fn judged(change: Option<Change>, limit: f64) -> &'static str {
+    match change.map(|c| c.verdict(limit)) {
+        Some(Verdict::Met) => "met",
+        Some(Verdict::NotMet) => "**not met**",
+        Some(Verdict::WithinNoise) => "within the baseline's noise (the interval holds 0)",
+        Some(Verdict::Undecided) => "**not shown** (a rise; more rounds would tell)",
+        None => "—",
+    }
 }
 
 /// The report; `plots` is the plots' directory relative to the report's.
@@ -75,7 +96,7 @@ pub fn markdown(r: &Results, options: &Options, plots: &str) -> String {
     writeln!(w, "## How to read these numbers\n").unwrap();
     writeln!(w, "- Latency is measured on two clocks: from the moment the publish was sent (it includes the publish round trip and bounds the target's figure from above) and from the moment the publisher saw the acknowledgement (the target's \"publish acknowledged → request received\"; at overload acks are read only when the publish window makes room, so from-the-ack figures are meaningful only for paced runs). Throughput runs are overloads (everything published at once), which is why their own latencies are seconds.").unwrap();
     writeln!(w, "- Everything runs on the same cores, so a faster receiver or publisher leaves more CPU to the dispatcher and NATS; wall-clock rates are this machine's, CPU per event (docs/bench/profile.md, docs/capacity.md) carries over to others.").unwrap();
-    writeln!(w, "- On a shared machine p99 differences of a few tenths of a millisecond are noise of the size of the effects measured: read isolation rows with their absolute values and ranges.").unwrap();
+    writeln!(w, "- Isolation rows are judged by the change of the healthy p99 against the baseline's in the same round (the cases of a round run back to back), the median of the rounds' changes with a 95 % bootstrap confidence interval: met when the whole interval is under 5 %, not met when it is over, *within the baseline's noise* when it holds 0 — the case cannot be told apart from the baseline's own round-to-round variation at that many rounds (`make bench-isolation` runs more rounds of these scenarios alone).").unwrap();
     writeln!(w, "- Earlier measurements, and the before/after comparisons of past changes, are in [bench/history.md](bench/history.md).").unwrap();
     md
 }
@@ -143,12 +164,13 @@ fn targets(w: &mut String, r: &Results, o: &Options) {
     ] {
         let Some(base) = cases.first() else { continue };
         for case in &cases[1..] {
-            let (pct, b, c) = p99_change(base, case);
+            let (change, b, c) = p99_change(base, case);
             writeln!(
                 w,
-                "| healthy p99 rises < 5 % ({name}: {}; from the ack, median of the runs) | {pct:+.1} % ({b:.2} → {c:.2} ms) | {} |",
+                "| healthy p99 rises < 5 % ({name}: {}; from the ack, median of the rounds' changes) | {} ({b:.2} → {c:.2} ms) | {} |",
                 case.label,
-                met(pct < 5.0)
+                show_change(change),
+                judged(change, 5.0)
             )
             .unwrap();
         }
@@ -190,6 +212,10 @@ fn receiver_label(delay_ms: u64) -> String {
 }
 
 fn throughput(w: &mut String, r: &Results, o: &Options, plots: &str) {
+    let ran = [&r.throughput, &r.scale, &r.fanout, &r.ordered, &r.keyed];
+    if ran.iter().all(|runs| runs.is_empty()) && r.fanout_paced.is_empty() {
+        return;
+    }
     writeln!(w, "## Throughput by scenario\n\n![Deliveries per second by scenario]({plots}/throughput.svg)\n").unwrap();
     writeln!(w, "Events published as fast as JetStream acknowledges them (up to 2,048 unacknowledged), deliveries per second from the first publish to the last delivery.\n").unwrap();
     writeln!(w, "| scenario | events | deliveries | deliveries/s | latency p50 | latency p99 | all delivered |\n|---|---|---|---|---|---|---|").unwrap();
@@ -285,14 +311,14 @@ fn latency(w: &mut String, r: &Results, plots: &str) {
 }
 
 fn case_table(w: &mut String, cases: &[Case]) {
-    writeln!(w, "| neighbours | healthy p50 | healthy p99 | healthy max | p99 from the ack | change of its median | pooled p99 from the ack | all delivered |\n|---|---|---|---|---|---|---|---|").unwrap();
+    writeln!(w, "| neighbours | healthy p50 | healthy p99 | healthy max | p99 from the ack | change, paired by round | pooled p99 from the ack | all delivered |\n|---|---|---|---|---|---|---|---|").unwrap();
     let Some(base) = cases.first() else { return };
     for case in cases {
         let change = if std::ptr::eq(case, base) {
             "—".to_owned()
         } else {
-            let (pct, b, c) = p99_change(base, case);
-            format!("{pct:+.1} % ({:+.2} ms)", c - b)
+            let (change, b, c) = p99_change(base, case);
+            format!("{} ({:+.2} ms)", show_change(change), c - b)
         };
         writeln!(
             w,
