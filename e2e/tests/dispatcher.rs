@@ -313,6 +313,58 @@ async fn an_ordered_endpoint_receives_in_order_despite_failures() {
     assert_eq!(s.rx.max_in_flight("ledger"), 1);
 }
 
+/// An ordered endpoint has one request in flight, replays included: a replay of its
+/// events (queued on its retry lane, as redeliveries and redrives are) while fresh
+/// events arrive never puts two requests in flight at once (it used to: the retry lane
+/// went whenever the fresh lane's head was busy, 4–16 at once).
+#[tokio::test]
+async fn an_ordered_endpoint_has_one_request_in_flight_with_a_replay_under_way() {
+    use herald_core::dataplane::{BucketKey, ReplayRequest};
+    let s = setup("ordered-replay").await;
+    s.rx.behave("serial", Behavior::delayed(Duration::from_millis(100)));
+    s.endpoint("serial", json!({"ordered": true})).await;
+    let from_ms = herald_core::clock::now_ms();
+    for i in 0..5 {
+        s.dp.publish(&s.ns, "a", json!(i)).await;
+    }
+    s.received("serial", 5, WAIT).await;
+    let request = ReplayRequest {
+        namespace: s.ns.clone(),
+        name: "again".into(),
+        uid: format!("uid-{}", s.ns),
+        endpoint: "serial".into(),
+        from_ms,
+        to_ms: herald_core::clock::now_ms() + 1,
+        event_types: Vec::new(),
+        only_failed: false,
+        dry_run: false,
+    };
+    let key = BucketKey::replay(&s.ns, "again").to_string();
+    s.dp.config
+        .put(key.as_str(), serde_json::to_vec(&request).unwrap().into())
+        .await
+        .expect("the replay request");
+    for i in 5..10 {
+        s.dp.publish(&s.ns, "a", json!(i)).await;
+    }
+    let got = s.received("serial", 15, WAIT).await;
+    let mut times = [0usize; 10];
+    for r in &got {
+        times[r.json()["data"].as_u64().expect("an event number") as usize] += 1;
+    }
+    assert_eq!(
+        times,
+        [2, 2, 2, 2, 2, 1, 1, 1, 1, 1],
+        "the first five replayed, the next five once"
+    );
+    assert_eq!(
+        s.rx.max_in_flight("serial"),
+        1,
+        "an ordered endpoint had two requests in flight"
+    );
+    s.dp.config.purge(key.as_str()).await.expect("clean up");
+}
+
 #[tokio::test]
 async fn the_circuit_opens_and_a_probe_closes_it() {
     let s = setup("circuit").await;

@@ -232,7 +232,8 @@ impl EndpointState {
             return Readiness::Until(at);
         }
         let limit = match self.circuit.admits(now) {
-            Admit::All => self.limiter.limit(),
+            // One for an ordered endpoint without keys, whichever lane.
+            Admit::All => self.limit(),
             Admit::Probe => 1,
             Admit::Until(at) => return Readiness::Until(at),
         };

@@ -12,6 +12,15 @@ use herald_core::dataplane::{AttemptOutcome as Outcome, DisabledReason};
 
 /// An endpoint built from a JSON delivery policy, with a key so it may deliver.
 pub(super) fn state(delivery: serde_json::Value, ordered: bool) -> EndpointState {
+    state_keyed(delivery, ordered, None)
+}
+
+/// Like [`state`], ordered by the JSON pointer `ordering_key` when given.
+pub(super) fn state_keyed(
+    delivery: serde_json::Value,
+    ordered: bool,
+    ordering_key: Option<&str>,
+) -> EndpointState {
     let delivery: DeliveryPolicy = serde_json::from_value(delivery).unwrap();
     let config = EndpointConfig {
         namespace: "shop".into(),
@@ -22,7 +31,7 @@ pub(super) fn state(delivery: serde_json::Value, ordered: bool) -> EndpointState
         event_types: vec!["*".into()],
         secret: "s".into(),
         ordered,
-        ordering_key: None,
+        ordering_key: ordering_key.map(Into::into),
         paused: false,
         delivery: Arc::new(delivery),
         headers: vec![],
@@ -433,7 +442,7 @@ fn an_idle_endpoint_is_small() {
 #[test]
 fn ordering_keys_run_in_parallel_and_stay_in_order_each() {
     let now = Instant::now();
-    let mut s = state(json!({"maxInFlight": 10}), true);
+    let mut s = state_keyed(json!({"maxInFlight": 10}), true, Some("/data/k"));
     s.limiter_mut().set(10);
     // Keys: a b a c b
     for (seq, key) in [(1, 1), (2, 2), (3, 1), (4, 3), (5, 2)] {

@@ -254,6 +254,14 @@ impl LaneQueue {
     }
 }
 
+/// The earlier of two times to look again.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 fn index(lane: Lane) -> usize {
     match lane {
         Lane::New => 0,
@@ -266,8 +274,9 @@ fn index(lane: Lane) -> usize {
 pub struct Lanes {
     queues: [LaneQueue; 2],
     next: u8,
-    /// Ordering keys with an attempt in flight (ordered endpoints; unkeyed items share 0).
-    keys_in_flight: Vec<u64>,
+    /// Ordering keys with an attempt in flight, by the item's sequence (ordered
+    /// endpoints; unkeyed items share key 0), whichever lane the item came from.
+    keys_in_flight: Vec<(u64, u64)>,
 }
 
 impl Lanes {
@@ -280,13 +289,21 @@ impl Lanes {
     }
 
     /// The lane to start from now, or when to look again (`Err(None)`: nothing to do).
+    ///
+    /// An ordered endpoint has one attempt in flight per ordering key (one in all without
+    /// keys) across both lanes: a replay, a redelivery, a redrive, a test event or a
+    /// retry scheduled before the endpoint became ordered waits like a fresh event for
+    /// what is in flight of its key, and keeps its own schedule (`not_before`). Its fresh
+    /// events go first; an item of the retry lane goes when no fresh item can.
     pub fn next_ready(&self, ordered: bool, now: Instant) -> Result<Lane, Option<Instant>> {
         if ordered {
-            return match self.next_ordered(now) {
-                Ok(_) => Ok(Lane::New),
-                // Retries scheduled before the endpoint became ordered still go out.
-                _ if !self.queues[1].buf.is_empty() => Ok(Lane::Retry),
-                Err(wait) => Err(wait),
+            let fresh = self.next_ordered(Lane::New, now);
+            let Err(fresh_wait) = fresh else {
+                return Ok(Lane::New);
+            };
+            return match self.next_ordered(Lane::Retry, now) {
+                Ok(_) => Ok(Lane::Retry),
+                Err(retry_wait) => Err(earliest(fresh_wait, retry_wait)),
             };
         }
         let mut wait: Option<Instant> = None;
@@ -294,7 +311,7 @@ impl Lanes {
             let at = (usize::from(self.next) + i) % 2;
             if let Some(front) = self.queues[at].buf.front() {
                 match front.not_before {
-                    Some(t) if t > now => wait = Some(wait.map_or(t, |w| w.min(t))),
+                    Some(t) if t > now => wait = earliest(wait, Some(t)),
                     _ => return Ok(if at == 0 { Lane::New } else { Lane::Retry }),
                 }
             }
@@ -302,20 +319,20 @@ impl Lanes {
         Err(wait)
     }
 
-    /// For ordered endpoints: the buffer position of the oldest item whose ordering key
-    /// has nothing in flight and no older item waiting, or when to look again.
-    /// Everything of an ordered endpoint travels on its fresh lane (retries stay in place).
-    fn next_ordered(&self, now: Instant) -> Result<usize, Option<Instant>> {
-        let mut blocked: Vec<u64> = self.keys_in_flight.clone();
+    /// For ordered endpoints: the position in `lane`'s buffer of the oldest item whose
+    /// ordering key has nothing in flight (in either lane) and no older item of the lane
+    /// waiting, or when to look again.
+    fn next_ordered(&self, lane: Lane, now: Instant) -> Result<usize, Option<Instant>> {
+        let mut blocked: Vec<u64> = self.keys_in_flight.iter().map(|(_, k)| *k).collect();
         let mut wait: Option<Instant> = None;
-        for (i, item) in self.queues[0].buf.iter().enumerate() {
+        for (i, item) in self.queues[index(lane)].buf.iter().enumerate() {
             let key = item.ordering_key.unwrap_or(0);
             if blocked.contains(&key) {
                 continue;
             }
             match item.not_before {
                 Some(at) if at > now => {
-                    wait = Some(wait.map_or(at, |w| w.min(at)));
+                    wait = earliest(wait, Some(at));
                     blocked.push(key);
                 }
                 _ => return Ok(i),
@@ -327,10 +344,11 @@ impl Lanes {
     /// Takes the next item of `lane` for an attempt and marks it in flight.
     pub fn take(&mut self, lane: Lane, ordered: bool, now: Instant) -> Option<Item> {
         let at = index(lane);
-        let item = if ordered && lane == Lane::New {
-            let position = self.next_ordered(now).ok()?;
+        let item = if ordered {
+            let position = self.next_ordered(lane, now).ok()?;
             let item = self.queues[at].buf.remove(position)?;
-            self.keys_in_flight.push(item.ordering_key.unwrap_or(0));
+            self.keys_in_flight
+                .push((item.seq, item.ordering_key.unwrap_or(0)));
             item
         } else {
             self.queues[at].buf.pop_front()?
@@ -347,8 +365,13 @@ impl Lanes {
         let queue = &mut self.queues[index(item.lane)];
         queue.in_flight.remove(&item.seq);
         queue.done_since_purge = queue.done_since_purge.saturating_add(1);
-        let key = item.ordering_key.unwrap_or(0);
-        if let Some(at) = self.keys_in_flight.iter().position(|k| *k == key) {
+        // Only the key this item held: one taken before the endpoint became ordered
+        // held none, and must not free another's.
+        if let Some(at) = self
+            .keys_in_flight
+            .iter()
+            .position(|(seq, _)| *seq == item.seq)
+        {
             self.keys_in_flight.swap_remove(at);
         }
     }

@@ -142,6 +142,72 @@ fn lanes_alternate_and_ordered_keys_wait_for_their_head() {
     assert_eq!(lanes.in_flight(), 2);
 }
 
+/// An ordered endpoint has one attempt in flight per key across both lanes: a
+/// redelivery on the retry lane waits for the fresh event in flight of its key, and
+/// the other way round; a retry put back in place keeps its `not_before` (it went out at
+/// once before, ten times in a second, until its schedule was used up).
+#[test]
+fn an_ordered_endpoint_holds_one_in_flight_across_both_lanes_and_keeps_schedules() {
+    let now = Instant::now();
+    let mut lanes = Lanes::default();
+    lanes.queue(Lane::New).offer(item(1), 8);
+    let mut redelivery = item(2);
+    redelivery.lane = Lane::Retry;
+    lanes.queue(Lane::Retry).offer(redelivery, 8);
+    assert_eq!(
+        lanes.next_ready(true, now),
+        Ok(Lane::New),
+        "fresh events first"
+    );
+    let fresh = lanes.take(Lane::New, true, now).unwrap();
+    assert_eq!(
+        lanes.next_ready(true, now),
+        Err(None),
+        "the redelivery waits for the event in flight"
+    );
+    assert!(lanes.take(Lane::Retry, true, now).is_none());
+    lanes.finished(&fresh);
+    assert_eq!(lanes.next_ready(true, now), Ok(Lane::Retry));
+    let redelivered = lanes.take(Lane::Retry, true, now).unwrap();
+    lanes.queue(Lane::New).offer(item(3), 8);
+    assert_eq!(
+        lanes.next_ready(true, now),
+        Err(None),
+        "a fresh event waits for the redelivery in flight"
+    );
+
+    // The redelivery failed and is put back with its schedule.
+    lanes.finished(&redelivered);
+    let mut again = redelivered;
+    let later = now + std::time::Duration::from_secs(60);
+    again.not_before = Some(later);
+    lanes.requeue(again);
+    assert_eq!(lanes.next_ready(true, now), Ok(Lane::New));
+    let third = lanes.take(Lane::New, true, now).unwrap();
+    lanes.finished(&third);
+    assert_eq!(
+        lanes.next_ready(true, now),
+        Err(Some(later)),
+        "the retry waits for its time"
+    );
+    assert_eq!(lanes.next_ready(true, later), Ok(Lane::Retry));
+
+    // An item taken before the endpoint became ordered held no key: its end frees none.
+    let mut lanes = Lanes::default();
+    lanes.queue(Lane::New).offer(item(1), 8);
+    lanes.queue(Lane::New).offer(item(2), 8);
+    lanes.queue(Lane::New).offer(item(3), 8);
+    let unordered = lanes.take(Lane::New, false, now).unwrap();
+    let ordered = lanes.take(Lane::New, true, now).unwrap();
+    lanes.finished(&unordered);
+    assert!(
+        lanes.take(Lane::New, true, now).is_none(),
+        "item 2 still holds the key"
+    );
+    lanes.finished(&ordered);
+    assert_eq!(lanes.take(Lane::New, true, now).unwrap().seq, 3);
+}
+
 /// What a lane buffers is counted in bytes as items come and go, and a lane that sheds
 /// gives its newest items back to JetStream: nothing is forgotten, and a refill reads
 /// them back in order.
