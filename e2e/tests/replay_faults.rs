@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use herald_core::dataplane::{BucketKey, ReplayProgress, ReplayRequest};
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint};
-use herald_e2e::faults::Dispatchers;
+use herald_e2e::faults::{Dispatchers, peak_rss_kib};
 use herald_e2e::receiver::Receiver;
 use herald_e2e::{eventually, fault_lock, private_env, unique_name};
 use serde_json::json;
@@ -142,16 +142,6 @@ const LOG_RECORDS: usize = 100_000;
 /// not the records (100 MiB of them; holding them took the peak up by 119 MiB for
 /// 60,000, about 200 MiB for this log).
 const REPLAY_BOUND_MIB: u64 = 80;
-
-/// The peak resident memory of process `pid`, KiB (`VmHWM`).
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("the process's status")
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc status")
-}
 
 /// A tenant's dry-run `onlyFailed` replay of an endpoint whose attempt log holds
 /// 100,000 failed deliveries with a 1 KiB response each (a busy endpoint's weeks): the

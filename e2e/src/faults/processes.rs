@@ -194,6 +194,16 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
+/// The most memory process `pid` has held (its peak resident set, `VmHWM`), KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("the process's /proc status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc status")
+}
+
 /// Dispatcher processes (`herald-test-dispatcher`) of one scenario, by replica id (see
 /// [`Processes`]; a graceful stop is SIGINT).
 pub struct Dispatchers(Processes);

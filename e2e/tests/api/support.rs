@@ -158,13 +158,7 @@ impl ApiProcess {
 
     /// The most memory the process has held (its peak resident set), KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("the API's /proc status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc status")
+        herald_e2e::faults::peak_rss_kib(self.child.id())
     }
 
     pub async fn metrics(&self) -> String {
