@@ -18,7 +18,7 @@
 use async_nats::HeaderMap;
 use async_nats::header::NATS_MESSAGE_ID;
 use async_nats::jetstream::kv;
-use async_nats::jetstream::stream::DirectGetErrorKind;
+use async_nats::jetstream::stream::RawMessageErrorKind;
 use axum::http::StatusCode;
 use herald_core::api::EventAccepted as Accepted;
 use herald_core::clock::now_ms;
@@ -217,9 +217,12 @@ async fn send(
         .map_err(|e| ApiError::unavailable("publishing the event", e))?
         .await
         .map_err(|e| ApiError::unavailable("publishing the event", e))?;
-    let stored = match store.events.direct_get(ack.sequence).await {
+    // From the stream's leader, which stored it before acknowledging: a direct get may
+    // be answered by a replica that has not applied the message yet and says "not
+    // found" for an event that is stored.
+    let stored = match store.events.get_raw_message(ack.sequence).await {
         Ok(message) => message,
-        Err(e) if e.kind() == DirectGetErrorKind::NotFound => {
+        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {
             return Err(ApiError::unavailable(
                 "reading the stored event back",
                 "not found (removed by its retention?)",

@@ -247,6 +247,13 @@ impl EndpointState {
         }
     }
 
+    /// The hash of the endpoint's uid, as lane items carry it (`None`: no configuration).
+    pub fn uid(&self) -> Option<u64> {
+        self.ep
+            .as_ref()
+            .map(|e| herald_core::dataplane::fnv1a(e.config.uid.bytes()))
+    }
+
     /// Takes the next item of `lane` for an attempt. Items written for an earlier
     /// endpoint of the same name (another uid) are dropped on the way: their endpoint was
     /// deleted; so are items of a replay that `withdrawn` says was deleted.
@@ -257,10 +264,7 @@ impl EndpointState {
         withdrawn: &dyn Fn(&str) -> bool,
     ) -> Option<Item> {
         let ordered = self.is_ordered();
-        let uid = self
-            .ep
-            .as_ref()
-            .map(|e| herald_core::dataplane::fnv1a(e.config.uid.bytes()));
+        let uid = self.uid();
         let item = loop {
             let item = self.lanes.take(lane, ordered, now)?;
             let gone = match (&item.endpoint_uid, uid) {

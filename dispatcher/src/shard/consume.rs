@@ -166,15 +166,21 @@ impl Runtime {
     /// The endpoint was deleted: stop delivering, drop its queued work (the events stay
     /// in the event store for replay), and forget its state.
     fn remove_endpoint(&mut self, key: &EndpointKey) {
-        if self.drop_state(key).is_none() {
+        let Some(mut state) = self.drop_state(key) else {
             return;
-        }
+        };
         self.reports.forget(key);
         let stream = self.shared.layout.deliveries.clone();
-        let subjects = [Lane::New, Lane::Retry].map(|lane| key.lane_subject(self.shard, lane));
+        let uid = state.uid();
+        // Bounded: an unbounded purge could run after a re-created endpoint of the same
+        // name had its first deliveries written to the same subjects, and drop them.
+        let purges = [Lane::New, Lane::Retry].map(|lane| {
+            let below = state.lanes.queue(lane).removal_bound(uid);
+            (key.lane_subject(self.shard, lane), below)
+        });
         tokio::spawn(async move {
-            for subject in subjects {
-                if let Err(error) = stream.purge().filter(subject).await {
+            for (subject, below) in purges.into_iter().filter(|(_, below)| *below > 1) {
+                if let Err(error) = stream.purge().filter(subject).sequence(below).await {
                     tracing::warn!(%error, "purging a deleted endpoint's lane");
                 }
             }

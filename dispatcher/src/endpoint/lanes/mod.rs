@@ -217,6 +217,25 @@ impl LaneQueue {
         low
     }
 
+    /// Where the lane of a deleted endpoint whose uid was `uid` may be purged up to
+    /// (exclusive): everything it has seen, up to the first item it cannot tell was the
+    /// deleted endpoint's — one written for a re-created endpoint of the same name (another
+    /// uid), or one still unread in JetStream. An item of the deleted endpoint beyond it is
+    /// dropped when it is read (its uid is not the endpoint's).
+    pub fn removal_bound(&self, uid: Option<u64>) -> u64 {
+        let mut bound = self.last_seen + 1;
+        if let Some(from) = self.overflow_from {
+            bound = bound.min(from);
+        }
+        let foreign = self
+            .buf
+            .iter()
+            .filter(|i| uid.is_none() || i.endpoint_uid != uid)
+            .map(|i| i.seq)
+            .min();
+        bound.min(foreign.unwrap_or(u64::MAX))
+    }
+
     /// `Some(seq)` when the lane should be purged below `seq` (and records it as done).
     pub fn purge_point(&mut self) -> Option<u64> {
         let low = self.low_water();

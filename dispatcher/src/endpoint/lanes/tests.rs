@@ -284,3 +284,46 @@ fn a_lane_does_not_shed_while_a_refill_runs() {
     assert_eq!(q.pending(), 5);
     assert_eq!(q.low_water(), 4);
 }
+
+/// A deleted endpoint's lane is purged only up to what the shard knows was that
+/// endpoint's: not past an item written for a re-created endpoint of the same name, nor
+/// into what is still unread in JetStream.
+#[test]
+fn a_deleted_endpoints_purge_stops_at_what_may_belong_to_its_successor() {
+    let old = Some(7);
+    let of = |seq, uid| Item {
+        endpoint_uid: uid,
+        ..item(seq)
+    };
+    let mut q = LaneQueue::default();
+    for seq in 1..=3 {
+        q.offer(of(seq, old), 10);
+    }
+    assert_eq!(
+        q.removal_bound(old),
+        4,
+        "all three were the deleted endpoint's"
+    );
+    q.offer(of(4, Some(8)), 10);
+    q.offer(of(5, old), 10);
+    assert_eq!(
+        q.removal_bound(old),
+        4,
+        "4 was written for the new endpoint"
+    );
+    assert_eq!(
+        q.removal_bound(None),
+        1,
+        "no uid known: nothing buffered is purged"
+    );
+
+    let mut q = LaneQueue::default();
+    for seq in 1..=5 {
+        q.offer(of(seq, old), 2);
+    }
+    assert_eq!(
+        q.removal_bound(old),
+        3,
+        "3..=5 are unread: their uid is unknown"
+    );
+}
