@@ -78,6 +78,10 @@ bench-smoke: e2e-tools ## Every benchmark scenario at a tiny size, once; fails u
 	cargo build --release -p herald-e2e --bins
 	$(CARGO_TARGET_DIR)/release/herald-bench --smoke --report $(or $(SMOKE_REPORT),/tmp/herald-bench-smoke.md) --plots $(or $(SMOKE_PLOTS),/tmp/herald-bench-smoke)
 
+.PHONY: soak
+soak: ## The seeded chaos soak for SOAK_MINUTES (default 60): new seeds, SOAK_SECONDS (default 300) each; SOAK_SEEDS replays seeds; report in SOAK_REPORT (docs/reliability.md explains)
+	scripts/soak.sh
+
 .PHONY: profile
 profile: e2e-tools ## Profile a steady throughput load (perf, release build) for PROFILE_SECONDS (default 20); writes docs/bench/profile.md and flame graphs
 	scripts/profile.sh $(or $(PROFILE_SECONDS),20)

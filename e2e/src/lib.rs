@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod chaos;
 pub mod dataplane;
 pub mod faults;
 pub mod helm;
