@@ -397,7 +397,9 @@ impl FanOut {
         message: Option<Message>,
         stop: &mut watch::Receiver<bool>,
     ) -> Option<Pending> {
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        // Capped at 1 s: once a new stream leader answers, the partition goes on within
+        // a second.
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         let mut message = message;
         loop {
             let sent = match self.fan_out(stored).await {

@@ -10,6 +10,12 @@ use herald_core::dataplane;
 use tokio::sync::watch;
 
 use super::{CONSUMER, FanOut, PART};
+
+/// How long fan-out waits for a publish ack or an API answer before it tries again
+/// (async-nats waits 5 s for an ack and 10 s for an API answer by default; a new stream
+/// leader is elected within a few seconds of a node's loss, and a retried publish is
+/// deduplicated by its `Nats-Msg-Id`).
+pub(super) const FANOUT_TIMEOUT: Duration = Duration::from_secs(2);
 use crate::index::Claim;
 use crate::metrics::PartitionLabel;
 
@@ -100,7 +106,12 @@ pub fn spawn_for_shard(
                         shared.replica_id,
                         source.label().partition
                     );
-                    let js = jetstream::new(shared.nats.connect(&name).await?);
+                    // Acks and API calls wait at most FANOUT_TIMEOUT: a publish sent to a
+                    // stream leader that just died gets no answer at all, and the ordered
+                    // path retries it before any later event of the partition.
+                    let js = jetstream::ContextBuilder::new()
+                        .timeout(FANOUT_TIMEOUT)
+                        .build(shared.nats.connect(&name).await?);
                     let fanout = FanOut {
                         events: js.get_stream(dataplane::EVENTS_STREAM).await?,
                         js,
