@@ -6,6 +6,8 @@
 # soak with its seed, its schedule and what was violated, and exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/herald/target}"
+export HERALD_BIN_DIR="${HERALD_BIN_DIR:-$HOME/.cache/herald/bin}"
 minutes="${SOAK_MINUTES:-60}"
 seconds="${SOAK_SECONDS:-300}"
 report="$(realpath -m "${SOAK_REPORT:-soak-report.md}")"

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use crate::context::Shared;
 use crate::index::Claim;
 use crate::shard::{Delivery, ShardError};
+use crate::supervise::Owned;
 
 /// How long a stopped shard waits for its fan-out to acknowledge what it published.
 const FANOUT_STOP: Duration = Duration::from_secs(5);
@@ -28,10 +29,15 @@ pub async fn run(
         return Ok(());
     };
     let mut delivery = Delivery::load(shared.clone(), shard).await?;
-    let replays = tokio::spawn(crate::replay::run(shared.clone(), shard, stop.clone()));
+    // Aborted as this task ends, however it ends (a lost lease aborts it).
+    let replays = Owned::new(tokio::spawn(crate::replay::run(
+        shared.clone(),
+        shard,
+        stop.clone(),
+    )));
     let mut fanout = crate::fanout::spawn_for_shard(&shared, shard, &stop);
     let result = delivery.run(&mut stop).await;
-    replays.abort();
+    drop(replays);
     if result.is_ok() {
         // Stopped: fan-out acknowledges what it published, then ends.
         let _ = tokio::time::timeout(FANOUT_STOP, async {

@@ -72,6 +72,10 @@ pub enum Action {
     SetOrdered(Role, bool),
     /// The namespace's signing secret gets a new key (the old one stays verifiable).
     RotateKeys,
+    /// Another writer takes shard `n`'s lease in `herald-shards` (as a partition between
+    /// a replica and the bucket's leader would look to it): the holder's renewals fail, it
+    /// gives the shard up, and takes it again once the stolen entry expires.
+    StealLease(u32),
 }
 
 impl fmt::Display for Action {
@@ -89,6 +93,7 @@ impl fmt::Display for Action {
             Action::Edit(r) => write!(f, "edit {}", r.name()),
             Action::SetOrdered(r, on) => write!(f, "set {} ordered={on}", r.name()),
             Action::RotateKeys => write!(f, "rotate the signing keys"),
+            Action::StealLease(n) => write!(f, "steal the lease of shard {n}"),
         }
     }
 }
@@ -111,6 +116,8 @@ pub struct Shape {
     pub nats_nodes: usize,
     /// The mean time between two steps (each gap uniform in [mean/2, 3·mean/2]).
     pub mean_gap: Duration,
+    /// The installation's shard count (whose leases may be stolen).
+    pub shards: u32,
 }
 
 /// What the generator knows of the system.
@@ -122,7 +129,13 @@ struct Model {
     paused: BTreeSet<Role>,
     deleted: BTreeSet<Role>,
     toggle_ordered: bool,
+    /// No lease is stolen before this (one stolen at a time, until it has expired).
+    steal_after: Duration,
 }
+
+/// How long a stolen lease keeps its shard from every replica: the bucket's TTL (10 s)
+/// and a margin. No other lease is stolen meanwhile.
+pub const STOLEN_FOR: Duration = Duration::from_secs(12);
 
 /// The schedule of `seed`: the same seed and shape give the same steps.
 pub fn plan(seed: u64, shape: &Shape) -> Vec<Step> {
@@ -148,7 +161,7 @@ pub fn plan(seed: u64, shape: &Shape) -> Vec<Step> {
                 action: Action::StartNatsNode(node),
             });
         }
-        let choices = m.choices(shape);
+        let choices = m.choices(shape, at);
         let total: u32 = choices.iter().map(|(_, w)| w).sum();
         let mut roll = rng.u32(0..total);
         let choice = choices
@@ -160,7 +173,7 @@ pub fn plan(seed: u64, shape: &Shape) -> Vec<Step> {
             })
             .map(|(c, _)| c)
             .expect("a choice under the total weight");
-        let action = m.apply(choice, &mut rng, at, shape.nats_nodes);
+        let action = m.apply(choice, &mut rng, at, shape);
         steps.push(Step { at, action });
     }
     // Restore: the node back, every pause lifted.
@@ -194,6 +207,7 @@ enum Choice {
     Edit,
     Toggle,
     Rotate,
+    Steal,
 }
 
 impl Model {
@@ -205,7 +219,7 @@ impl Model {
     }
 
     /// Every step possible now, with its weight.
-    fn choices(&self, shape: &Shape) -> Vec<(Choice, u32)> {
+    fn choices(&self, shape: &Shape, at: Duration) -> Vec<(Choice, u32)> {
         let live = |r: &Role| !self.deleted.contains(r);
         let mut c = vec![(Choice::Edit, 1), (Choice::Rotate, 1)];
         if self.running.len() < shape.max_dispatchers {
@@ -239,6 +253,9 @@ impl Model {
         if live(&Role::Toggle) {
             c.push((Choice::Toggle, 1));
         }
+        if at >= self.steal_after {
+            c.push((Choice::Steal, 1));
+        }
         c
     }
 
@@ -247,7 +264,7 @@ impl Model {
         choice: Choice,
         rng: &mut fastrand::Rng,
         at: Duration,
-        nodes: usize,
+        shape: &Shape,
     ) -> Action {
         let pick = |rng: &mut fastrand::Rng, from: Vec<Role>| from[rng.usize(..from.len())];
         let live: Vec<Role> = Role::ALL
@@ -264,7 +281,7 @@ impl Model {
                 }
             }
             Choice::KillNode => {
-                let node = rng.usize(..nodes);
+                let node = rng.usize(..shape.nats_nodes);
                 let down = Duration::from_millis(rng.u64(3_000..=8_000));
                 self.nats_down = Some((node, at + down));
                 Action::KillNatsNode(node)
@@ -306,6 +323,10 @@ impl Model {
                 Action::SetOrdered(Role::Toggle, self.toggle_ordered)
             }
             Choice::Rotate => Action::RotateKeys,
+            Choice::Steal => {
+                self.steal_after = at + STOLEN_FOR;
+                Action::StealLease(rng.u32(..shape.shards.max(1)))
+            }
         }
     }
 }
@@ -328,6 +349,7 @@ mod tests {
             max_dispatchers: 3,
             nats_nodes: 3,
             mean_gap: Duration::from_secs(2),
+            shards: 4,
         }
     }
 
@@ -350,6 +372,7 @@ mod tests {
             let mut paused = BTreeSet::new();
             let mut deleted = BTreeSet::new();
             let mut kinds = std::collections::HashSet::new();
+            let mut stolen_at: Option<Duration> = None;
             for (i, s) in steps.iter().enumerate() {
                 assert!(i == 0 || steps[i - 1].at <= s.at, "seed {seed}: time order");
                 kinds.insert(std::mem::discriminant(&s.action));
@@ -377,6 +400,14 @@ mod tests {
                         assert!(!deleted.contains(r), "seed {seed}: {r:?} is deleted")
                     }
                     Action::RotateKeys => {}
+                    Action::StealLease(n) => {
+                        assert!(*n < 4, "seed {seed}: shard {n}");
+                        assert!(
+                            stolen_at.is_none_or(|t| s.at >= t + STOLEN_FOR),
+                            "seed {seed}: two leases stolen at once"
+                        );
+                        stolen_at = Some(s.at);
+                    }
                 }
             }
             assert!(down.is_none() && paused.is_empty(), "seed {seed}: restored");
