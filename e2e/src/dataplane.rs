@@ -6,8 +6,9 @@ use std::sync::OnceLock;
 
 use async_nats::jetstream::{self, kv};
 use herald_core::dataplane::{
-    ATTEMPTS_STREAM, CONFIG_BUCKET, EndpointConfig, EndpointHealth, EndpointKey, HEALTH_BUCKET,
-    KeySet, attempt_log, event_subject, keyset_key, shard_for,
+    ATTEMPTS_STREAM, AttemptOutcome, AttemptRecord, CONFIG_BUCKET, DeliveryState, EndpointConfig,
+    EndpointHealth, EndpointKey, HEALTH_BUCKET, KeySet, attempt_log, event_subject, keyset_key,
+    shard_for,
 };
 use herald_core::v1alpha1::{DeliveryPolicy, WebhookEndpoint, WebhookEndpointSpec};
 use serde_json::{Value, json};
@@ -35,6 +36,30 @@ pub fn endpoint(namespace: &str, name: &str, spec: Value) -> EndpointConfig {
     obj.metadata.uid = Some(format!("uid-{namespace}-{name}"));
     obj.metadata.generation = Some(1);
     EndpointConfig::from_spec(&obj, shard_for(namespace, name, TEST_SHARDS))
+}
+
+/// An attempt record of a first attempt answered 500 with a 1 KiB response body (what a
+/// long log of failed deliveries is made of), in `state`, for an event of `event_type`.
+pub fn failed_record(
+    event_id: String,
+    time_ms: u64,
+    state: DeliveryState,
+    event_type: &str,
+) -> AttemptRecord {
+    AttemptRecord {
+        event_id: event_id.into(),
+        attempt: 1,
+        time_ms,
+        outcome: AttemptOutcome::HttpError,
+        http_status: Some(500),
+        latency_ms: 3,
+        response: "x".repeat(1024),
+        state,
+        next_attempt_ms: None,
+        dead_reason: None,
+        replay: None,
+        event_type: Some(event_type.into()),
+    }
 }
 
 /// The default delivery policy with a fast retry schedule for tests.

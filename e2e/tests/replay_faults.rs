@@ -151,7 +151,8 @@ const REPLAY_BOUND_MIB: u64 = 80;
 /// and the replay counts exactly the failed events of the range that are in the store.
 #[tokio::test]
 async fn an_only_failed_replay_of_a_long_log_is_bounded_in_memory() {
-    use herald_core::dataplane::{AttemptOutcome, AttemptRecord, DeliveryState, attempt_log};
+    use herald_core::dataplane::{AttemptRecord, DeliveryState, attempt_log};
+    use herald_e2e::dataplane::failed_record;
     use herald_e2e::receiver::Behavior;
 
     let _faults = fault_lock().await;
@@ -189,23 +190,16 @@ async fn an_only_failed_replay_of_a_long_log_is_bounded_in_memory() {
     let day = 86_400_000;
     let first_ms = now_ms() - 20 * day;
     let records: Vec<AttemptRecord> = (0..LOG_RECORDS as u64)
-        .map(|i| AttemptRecord {
-            event_id: herald_core::dataplane::event_id(
-                first_ms + i * (20 * day / LOG_RECORDS as u64),
-                1_000_000_000 + i,
+        .map(|i| {
+            failed_record(
+                herald_core::dataplane::event_id(
+                    first_ms + i * (20 * day / LOG_RECORDS as u64),
+                    1_000_000_000 + i,
+                ),
+                first_ms,
+                DeliveryState::Dead,
+                "a",
             )
-            .into(),
-            attempt: 1,
-            time_ms: first_ms,
-            outcome: AttemptOutcome::HttpError,
-            http_status: Some(500),
-            latency_ms: 3,
-            response: "x".repeat(1024),
-            state: DeliveryState::Dead,
-            next_attempt_ms: None,
-            dead_reason: None,
-            replay: None,
-            event_type: Some("a".into()),
         })
         .collect();
     let subject = config.key().attempts_subject();

@@ -160,10 +160,11 @@ impl Runtime {
             .create_consumer(pull::OrderedConfig {
                 filter_subject: shard_lanes_filter(self.shard),
                 deliver_policy: DeliverPolicy::All,
-                // Short pull requests, so heartbeats are 2 s apart and a consumer lost with
-                // a restarted NATS server is noticed and recreated within seconds (the
-                // client's default is 15 s).
-                max_expires: Duration::from_secs(4),
+                // Short pull requests, so heartbeats are 1 s apart and a consumer lost with
+                // a restarted NATS server, or with the node it lived on (an ordered
+                // consumer has one replica), is noticed after two missed heartbeats and
+                // recreated within about 4 s (the client's default is 15 s: 60 s).
+                max_expires: Duration::from_secs(2),
                 ..Default::default()
             })
             .await

@@ -8,10 +8,8 @@
 use std::time::{Duration, Instant};
 
 use herald_core::api::{DeliveryDetail, Limit, Page, Redrive};
-use herald_core::dataplane::{
-    AttemptOutcome, AttemptRecord, DeliveryState, EVENTS_STREAM, attempt_log, event_id,
-};
-use herald_e2e::dataplane::{DataPlane, endpoint};
+use herald_core::dataplane::{AttemptRecord, DeliveryState, EVENTS_STREAM, attempt_log, event_id};
+use herald_e2e::dataplane::{DataPlane, endpoint, failed_record};
 use herald_e2e::{env, unique_name};
 use reqwest::Method;
 use serde_json::json;
@@ -27,20 +25,7 @@ const BOUND_MIB: u64 = 48;
 const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 
 fn record(id: String, state: DeliveryState) -> AttemptRecord {
-    AttemptRecord {
-        event_id: id.into(),
-        attempt: 1,
-        time_ms: 1,
-        outcome: AttemptOutcome::HttpError,
-        http_status: Some(500),
-        latency_ms: 3,
-        response: "x".repeat(1024),
-        state,
-        next_attempt_ms: None,
-        dead_reason: None,
-        replay: None,
-        event_type: Some("order.created".into()),
-    }
+    failed_record(id, 1, state, "order.created")
 }
 
 async fn timed<T>(what: &str, request: impl Future<Output = T>) -> T {

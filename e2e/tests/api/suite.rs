@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use herald_core::dataplane::idempotency::entry_key;
 use herald_core::dataplane::{
-    AttemptOutcome, AttemptRecord, BucketKey, DeliveryState, ReplayProgress, ReplayRequest,
-    attempt_log, event_id, event_subject, partition_of,
+    AttemptRecord, BucketKey, DeliveryState, ReplayProgress, ReplayRequest, attempt_log, event_id,
+    event_subject, partition_of,
 };
 use herald_e2e::dataplane::{
-    DataPlane, TEST_SECRET, TEST_SHARDS, endpoint, shared_dispatcher, until_applied,
+    self, DataPlane, TEST_SECRET, TEST_SHARDS, endpoint, shared_dispatcher, until_applied,
 };
 use herald_e2e::receiver::Receiver;
 use herald_e2e::{TestContext, env, eventually, unique_name};
@@ -197,20 +197,12 @@ async fn phase<F: Future<Output = ()>>(
 }
 
 fn failed_record(i: u64, first_ms: u64) -> AttemptRecord {
-    AttemptRecord {
-        event_id: event_id(first_ms + i * 1_000, 2_000_000_000 + i).into(),
-        attempt: 1,
-        time_ms: first_ms,
-        outcome: AttemptOutcome::HttpError,
-        http_status: Some(500),
-        latency_ms: 3,
-        response: "x".repeat(1024),
-        state: DeliveryState::Dead,
-        next_attempt_ms: None,
-        dead_reason: None,
-        replay: None,
-        event_type: Some("order.created".into()),
-    }
+    dataplane::failed_record(
+        event_id(first_ms + i * 1_000, 2_000_000_000 + i),
+        first_ms,
+        DeliveryState::Dead,
+        "order.created",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
