@@ -41,6 +41,9 @@ const RENEW_EVERY: Duration = Duration::from_secs(2);
 /// A lease not renewed for this long is given up by its holder (TTL minus a margin for
 /// clock and scheduling delays).
 const GIVE_UP_AFTER: Duration = Duration::from_secs(6);
+/// A shard that has run this long since it was taken is healthy again: its failure
+/// back-off starts over (it would otherwise grow across every failure of a long life).
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 /// Longest wait for one KV call of the lease loop.
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// The readiness part this loop reports.
@@ -65,6 +68,7 @@ fn lease_key(shard: u32) -> String {
 
 struct Held {
     revision: u64,
+    acquired: Instant,
     renewed: Instant,
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<(), shard::ShardError>>,
@@ -98,6 +102,9 @@ impl Leases {
                 Ok(Ok(revision)) => {
                     lease.revision = revision;
                     lease.renewed = Instant::now();
+                    if lease.acquired.elapsed() >= HEALTHY_AFTER {
+                        self.failed.remove(&shard);
+                    }
                 }
                 _ if lease.renewed.elapsed() < GIVE_UP_AFTER => {
                     tracing::debug!(shard, "lease renewal failed; retrying");
@@ -201,6 +208,7 @@ impl Leases {
             shard,
             Held {
                 revision,
+                acquired: Instant::now(),
                 renewed: Instant::now(),
                 stop,
                 task,
