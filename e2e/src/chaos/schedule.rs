@@ -41,6 +41,10 @@ impl Role {
         }
     }
 
+    /// The endpoints replays go to: not the flaky one, whose retries are checked against
+    /// their schedule (a replayed event is sent again at once, by design).
+    pub const REPLAYED: [Role; 2] = [Role::Plain, Role::Ordered];
+
     /// Whether the soak deletes and re-creates it. The ordered and flaky endpoints stay,
     /// so the namespace always has an endpoint and their checks span the whole run.
     pub fn deletable(self) -> bool {
@@ -76,6 +80,10 @@ pub enum Action {
     /// a replica and the bucket's leader would look to it): the holder's renewals fail, it
     /// gives the shard up, and takes it again once the stolen entry expires.
     StealLease(u32),
+    /// A replay of the last 10 s of events to an endpoint (`WebhookReplay` `r<n>`).
+    Replay(Role, u32),
+    /// The replay deleted, whether it finished or not.
+    DeleteReplay(u32),
 }
 
 impl fmt::Display for Action {
@@ -94,6 +102,8 @@ impl fmt::Display for Action {
             Action::SetOrdered(r, on) => write!(f, "set {} ordered={on}", r.name()),
             Action::RotateKeys => write!(f, "rotate the signing keys"),
             Action::StealLease(n) => write!(f, "steal the lease of shard {n}"),
+            Action::Replay(r, n) => write!(f, "replay r{n}: the last 10 s to {}", r.name()),
+            Action::DeleteReplay(n) => write!(f, "delete replay r{n}"),
         }
     }
 }
@@ -131,6 +141,9 @@ struct Model {
     toggle_ordered: bool,
     /// No lease is stolen before this (one stolen at a time, until it has expired).
     steal_after: Duration,
+    /// Replays requested so far, and the one not deleted yet (with its endpoint).
+    replays: u32,
+    replay: Option<(u32, Role)>,
 }
 
 /// How long a stolen lease keeps its shard from every replica: the bucket's TTL (10 s)
@@ -208,6 +221,8 @@ enum Choice {
     Toggle,
     Rotate,
     Steal,
+    Replay,
+    DeleteReplay,
 }
 
 impl Model {
@@ -252,6 +267,12 @@ impl Model {
         }
         if live(&Role::Toggle) {
             c.push((Choice::Toggle, 1));
+        }
+        if self.replay.is_none() && Role::REPLAYED.iter().any(live) {
+            c.push((Choice::Replay, 1));
+        }
+        if self.replay.is_some() {
+            c.push((Choice::DeleteReplay, 1));
         }
         if at >= self.steal_after {
             c.push((Choice::Steal, 1));
@@ -323,6 +344,20 @@ impl Model {
                 Action::SetOrdered(Role::Toggle, self.toggle_ordered)
             }
             Choice::Rotate => Action::RotateKeys,
+            Choice::Replay => {
+                let from = Role::REPLAYED
+                    .into_iter()
+                    .filter(|r| !self.deleted.contains(r))
+                    .collect();
+                let role = pick(rng, from);
+                self.replays += 1;
+                self.replay = Some((self.replays, role));
+                Action::Replay(role, self.replays)
+            }
+            Choice::DeleteReplay => {
+                let (n, _) = self.replay.take().expect("a replay to delete");
+                Action::DeleteReplay(n)
+            }
             Choice::Steal => {
                 self.steal_after = at + STOLEN_FOR;
                 Action::StealLease(rng.u32(..shape.shards.max(1)))
@@ -373,6 +408,7 @@ mod tests {
             let mut deleted = BTreeSet::new();
             let mut kinds = std::collections::HashSet::new();
             let mut stolen_at: Option<Duration> = None;
+            let mut replay = None;
             for (i, s) in steps.iter().enumerate() {
                 assert!(i == 0 || steps[i - 1].at <= s.at, "seed {seed}: time order");
                 kinds.insert(std::mem::discriminant(&s.action));
@@ -400,6 +436,11 @@ mod tests {
                         assert!(!deleted.contains(r), "seed {seed}: {r:?} is deleted")
                     }
                     Action::RotateKeys => {}
+                    Action::Replay(r, n) => {
+                        assert!(Role::REPLAYED.contains(r) && !deleted.contains(r));
+                        assert!(replay.replace(*n).is_none(), "seed {seed}: two replays");
+                    }
+                    Action::DeleteReplay(n) => assert_eq!(replay.take(), Some(*n)),
                     Action::StealLease(n) => {
                         assert!(*n < 4, "seed {seed}: shard {n}");
                         assert!(
