@@ -46,15 +46,17 @@ use tokio::sync::{mpsc, watch};
 
 mod ack;
 mod catch_up;
+mod intake;
 mod partition;
 mod turns;
 
 pub use partition::{Source, spawn_for_shard};
 
-use crate::index::{Claim, Cover, Index};
+use crate::index::Index;
 use crate::metrics::{Metrics, PartitionLabel, ReasonLabel};
 use crate::supervise::{Backoff, Owned, Readiness};
 use herald_core::envelope::{self, BadEvent, HeaderSize};
+use intake::Intake;
 use turns::Turns;
 
 /// Name of the durable consumer of events stored without a partition; partition `p`'s is
@@ -116,19 +118,6 @@ impl Stored {
 struct Pending {
     message: Option<Message>,
     acks: Vec<PublishAckFuture>,
-}
-
-/// Where a worker's intake stands.
-#[derive(Default)]
-struct Intake {
-    /// The sequence the next new message should have: a message beyond it means the
-    /// ones between were handed to a pull of ours that never arrived.
-    expected: Option<u64>,
-    /// Events stored without a partition may be any namespace's: while such events are
-    /// fanned out, the index keeps every endpoint (see `index::scope`).
-    everything: Option<Cover>,
-    /// The last message taken in was the last one pending.
-    drained: bool,
 }
 
 /// The publishes could not be sent; try the event again.
@@ -266,79 +255,6 @@ impl FanOut {
         drop(lag);
         self.metrics.fanout_pending.remove(&self.source.label());
         result
-    }
-
-    /// Whether `message` must wait until the read-ahead is fanned out: it is a worker's
-    /// first, or events of this source were lost on the way before it (they are
-    /// re-published first, and are older than what is queued). A message beyond the
-    /// expected sequence with nothing lost in between (another partition's events) moves
-    /// `expected` on.
-    async fn catch_up_first(
-        &self,
-        message: &Message,
-        intake: &mut Intake,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Result<bool, async_nats::Error> {
-        let Ok(info) = message.info() else {
-            return Ok(false);
-        };
-        let seq = info.stream_sequence;
-        match intake.expected {
-            None => Ok(true),
-            Some(next) if seq > next => {
-                let lost = self.lost_before(next, seq, stop).await?;
-                if !lost {
-                    intake.expected = Some(seq);
-                }
-                Ok(lost)
-            }
-            Some(_) => Ok(false),
-        }
-    }
-
-    /// Takes `message` into the read-ahead: first, for a worker's first message or one
-    /// after a gap, the events to re-publish before it (with `turns` empty, so they are
-    /// older than anything queued). `Break` ends the worker with the result.
-    async fn admit(
-        &self,
-        message: Message,
-        intake: &mut Intake,
-        turns: &mut Turns<(Stored, Message)>,
-        consumer: &consumer::Consumer<pull::Config>,
-        tx: &mpsc::Sender<Pending>,
-        stop: &mut watch::Receiver<bool>,
-    ) -> ControlFlow<Result<(), async_nats::Error>> {
-        let Some(stored) = Stored::from_message(&message) else {
-            return ControlFlow::Continue(());
-        };
-        // The last message pending: a claim on every endpoint can go once it is out.
-        intake.drained = message.info().is_ok_and(|info| info.pending == 0);
-        if self.source == Source::Unpartitioned
-            && intake.everything.is_none()
-            && needs_every_endpoint(&stored, intake.expected)
-        {
-            match self.index.cover(Claim::Everything, stop).await {
-                Some(cover) => intake.everything = Some(cover),
-                None => return ControlFlow::Break(Ok(())),
-            }
-        }
-        if intake.expected.is_none()
-            && let Err(error) = self.after_unpartitioned(stored.seq, stop).await
-        {
-            return ControlFlow::Break(Err(error));
-        }
-        if let Err(error) = self
-            .fill_gaps(consumer, stored.seq, &mut intake.expected, tx, stop)
-            .await
-        {
-            return ControlFlow::Break(Err(error));
-        }
-        let namespace = dataplane::parse_event_subject(&stored.subject)
-            .map_or("", |(ns, _)| ns)
-            .to_owned();
-        let bytes = stored.payload.len();
-        turns.push(&namespace, (stored, message), bytes);
-        ControlFlow::Continue(())
     }
 
     /// The source's durable consumer and its message stream. The filter of an existing
@@ -563,12 +479,4 @@ async fn report_lag(
             Err(error) => tracing::debug!(%error, "fan-out consumer info"),
         }
     }
-}
-
-/// Whether fanning out `stored` (and the catch-up or gap before it) may match any
-/// namespace's endpoints: an event with a type, or a worker's first event or one after
-/// a gap, which republish earlier events. Without a type an event is dead-lettered.
-fn needs_every_endpoint(stored: &Stored, expected: Option<u64>) -> bool {
-    dataplane::parse_event_subject(&stored.subject).is_some()
-        || expected.is_none_or(|next| stored.seq > next)
 }
