@@ -103,12 +103,15 @@ pub async fn run_with_index(
             addr: listen,
             source,
         })?;
-    let (nats, layout) = connect(
-        &nats_args,
-        &replica_id,
-        (retention, shards, max_event_bytes),
-    )
-    .await?;
+    tokio::pin!(shutdown);
+    let connected = tokio::select! {
+        connected = connect(&nats_args, &replica_id, (retention, shards, max_event_bytes)) => connected?,
+        () = &mut shutdown => {
+            server.abort();
+            return Ok(());
+        }
+    };
+    let (nats, layout) = connected;
     let policy = Arc::new(destinations.policy());
     let proxy_errors = metrics.proxy_errors.clone();
     let http = http::Client::new(
@@ -162,8 +165,10 @@ pub async fn run_with_index(
 }
 
 /// Connects to NATS, refuses a server Herald cannot run on, and brings the JetStream
-/// layout up to date. The URL is not logged or put into errors: it may carry
-/// credentials.
+/// layout up to date. A passing fault (a timeout, a stream without a leader while a NATS
+/// node is down) is waited out, not ready meanwhile, rather than exiting into a crash
+/// loop; only a permanent one ends the process. The URL is not logged or put into
+/// errors: it may carry credentials.
 async fn connect(
     nats: &herald_core::flags::NatsArgs,
     replica_id: &str,
@@ -174,9 +179,22 @@ async fn connect(
         .connect(&format!("herald-dispatcher/{replica_id}"))
         .await?;
     let js = async_nats::jetstream::new(client.clone());
-    check_server(&js, max_event_bytes + LANE_HEADER_ROOM).await?;
-    let layout = setup::ensure(&js, retention, shards, usize::from(nats.replicas)).await?;
-    Ok((client, layout))
+    let mut backoff = supervise::Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
+    loop {
+        let ready = async {
+            check_server(&js, max_event_bytes + LANE_HEADER_ROOM).await?;
+            setup::ensure(&js, retention, shards, usize::from(nats.replicas)).await
+        };
+        match ready.await {
+            Ok(layout) => return Ok((client, layout)),
+            Err(error) if error.is_permanent() => return Err(error.into()),
+            Err(error) => {
+                let delay = backoff.next_delay(fastrand::f64());
+                tracing::warn!(%error, retry_in = ?delay, "NATS is not ready for Herald yet; retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
 }
 
 /// Starts the configuration watch and the lease loop (which runs the shards and their

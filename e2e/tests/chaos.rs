@@ -34,7 +34,7 @@ use herald_core::dataplane::{
 use herald_e2e::chaos::{Action, GRACE, Life, Role, Shape, describe, early_retries, plan};
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, TEST_SHARDS, endpoint};
 use herald_e2e::faults::{
-    Dispatchers, Published, StreamSpec, account, await_delivery, peak_rss_kib, publish_stream,
+    Dispatchers, Published, StreamSpec, account, await_delivery, publish_stream, try_peak_rss_kib,
 };
 use herald_e2e::receiver::{Behavior, Chaos, Receiver};
 use herald_e2e::{TestEnv, fault_lock, private_cluster_env};
@@ -274,8 +274,8 @@ impl Soak {
     /// Records the peak memory and the CPU time of every running replica so far.
     fn sample_memory(&mut self) {
         for id in self.dispatchers.running() {
-            if let Some(pid) = self.dispatchers.pid(&id) {
-                let peak = peak_rss_kib(pid);
+            // A replica that exited on its own is reported by the checks.
+            if let Some(peak) = self.dispatchers.pid(&id).and_then(try_peak_rss_kib) {
                 let seen = self.peaks.entry(id.clone()).or_default();
                 *seen = (*seen).max(peak);
             }

@@ -210,6 +210,13 @@ impl LayoutError {
             Self::NoJetStream | Self::ServerTooOld { .. } | Self::PayloadTooSmall { .. }
         )
     }
+
+    /// Trying again cannot help: the server is unfit, or the installation's shard count
+    /// differs from the recorded one. Anything else (a timeout, a stream without a
+    /// leader while a NATS node is down, a refused call) may pass.
+    pub fn is_permanent(&self) -> bool {
+        self.is_unfit_server() || matches!(self, Self::ShardCountChanged { .. })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

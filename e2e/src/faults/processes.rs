@@ -196,12 +196,16 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
 
 /// The most memory process `pid` has held (its peak resident set, `VmHWM`), KiB.
 pub fn peak_rss_kib(pid: u32) -> u64 {
+    try_peak_rss_kib(pid).expect("VmHWM in the process's /proc status")
+}
+
+/// [`peak_rss_kib`], or `None` once the process has exited (a zombie has no `VmHWM`).
+pub fn try_peak_rss_kib(pid: u32) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("the process's /proc status")
+        .ok()?
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc status")
 }
 
 /// Dispatcher processes (`herald-test-dispatcher`) of one scenario, by replica id (see

@@ -292,3 +292,44 @@ async fn d_scaling_one_three_one_with_a_kill_loses_nothing() {
     )
     .await;
 }
+
+// ---------------------------------------------------------------------------------------
+// c2. a dispatcher started while the NATS cluster has no quorum
+// ---------------------------------------------------------------------------------------
+
+/// A replica started while two of the three NATS nodes are down (JetStream cannot
+/// answer: no quorum) waits, not ready, instead of exiting into a crash loop, and
+/// delivers once the nodes are back. (It exited with "asking the NATS server about
+/// JetStream: timed out" — found by the chaos soak, a replica started during a node's
+/// loss.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c2_a_dispatcher_started_without_a_quorum_waits_for_it() {
+    let _faults = fault_lock().await;
+    let env = private_cluster_env();
+    let mut s = Scenario::new(env, "quorum", 3, standard_endpoints()).await;
+    for node in [1, 2] {
+        tokio::task::spawn_blocking(move || env.kill_nats_node(node))
+            .await
+            .expect("kill");
+    }
+    s.say("n1 and n2 killed; starting a dispatcher");
+    s.dispatchers.start("quorum-d0");
+    // Longer than a JetStream request's timeout (10 s) and the startup's first retries.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let exited = s.dispatchers.exited();
+    for node in [1, 2] {
+        tokio::task::spawn_blocking(move || env.start_nats_node(node))
+            .await
+            .expect("start");
+    }
+    s.say("n1 and n2 back");
+    assert!(
+        exited.is_empty(),
+        "the dispatcher exited while NATS had no quorum: {exited:?}; log {}",
+        s.dispatchers.log("quorum-d0").display()
+    );
+    s.warm_up().await;
+    let stalls = std::mem::take(&mut s.stalls);
+    s.dispatchers.stop_all().await;
+    assert!(stalls.is_empty(), "{stalls:?}");
+}
