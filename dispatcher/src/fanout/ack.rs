@@ -2,26 +2,16 @@
 //! order; one that was not is left to be redelivered (and fanned out again,
 //! deduplicated).
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, Message};
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use tokio::sync::mpsc;
 
-use super::{PIPELINE, Pending};
+use super::{LaneAck, PIPELINE, Pending};
 use crate::metrics::Metrics;
-
-/// Whether every publish was acknowledged (awaited together).
-pub(super) async fn all_acknowledged(acks: Vec<PublishAckFuture>) -> bool {
-    futures::future::join_all(acks.into_iter().map(IntoFuture::into_future))
-        .await
-        .iter()
-        .all(Result::is_ok)
-}
 
 /// Acks events in order once all their lane publishes are acknowledged. Every event's
 /// acks are awaited from the moment it arrives (not one event after another), so a
@@ -41,8 +31,7 @@ pub(super) async fn ack_in_order(mut rx: mpsc::Receiver<Pending>, metrics: Arc<M
                     // Polled as soon as it is queued, and all of the event's acks at once:
                     // publishes NATS lost cost one ack timeout, not one each.
                     let results =
-                        futures::future::join_all(acks.into_iter().map(IntoFuture::into_future))
-                            .await;
+                        futures::future::join_all(acks.into_iter().map(LaneAck::stored)).await;
                     let lost = results.iter().filter(|r| r.is_err()).count();
                     if let Some(Err(error)) = results.into_iter().find(Result::is_err) {
                         tracing::warn!(%error, lost, "lane publishes not acknowledged; the event will be retried");

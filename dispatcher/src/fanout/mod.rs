@@ -15,6 +15,9 @@
 //! after every lane publish is acknowledged, so a crash in between re-delivers the event
 //! and JetStream's duplicate window drops the repeated lane messages.
 //!
+//! Lane publishes are pipelined, except that an `ordered` endpoint's next publish (per
+//! key, for one that orders by key) waits for its previous one's ack (`order`).
+//!
 //! Tenants of a partition take turns: a worker reads up to `READ_AHEAD` events ahead
 //! into one queue per namespace and fans out one event of each in turn (`turns`), so a
 //! tenant's burst waits behind itself, not in front of its neighbours; a namespace's
@@ -23,8 +26,10 @@
 //! Contract:
 //! - nothing is fanned out before the configuration is completely loaded (an event is
 //!   never skipped or dead-lettered because its endpoints are not known yet);
-//! - a lane publish that fails is retried in place, before any later event is looked
-//!   at, so a transient failure cannot put a later event ahead of an earlier one;
+//! - a lane publish that cannot be sent is retried in place, before any later event is
+//!   looked at; one that is sent but not stored is retried by redelivery, and first, in
+//!   place, by the next event of its ordering unit, so a transient failure cannot put a
+//!   later event ahead of an earlier one on an `ordered` endpoint;
 //! - a new fan-out worker first re-publishes the events its predecessor had taken but not
 //!   acknowledged (from the consumer's ack floor), before any newer event: JetStream
 //!   would only redeliver those after their ack wait, behind newer events, which would
@@ -37,7 +42,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, PriorityPolicy, pull};
-use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, Message};
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
@@ -47,6 +51,7 @@ use tokio::sync::{mpsc, watch};
 mod ack;
 mod catch_up;
 mod intake;
+mod order;
 mod partition;
 mod turns;
 
@@ -57,6 +62,7 @@ use crate::metrics::{Metrics, PartitionLabel, ReasonLabel};
 use crate::supervise::{Backoff, Owned, Readiness};
 use herald_core::envelope::{self, BadEvent, HeaderSize};
 use intake::Intake;
+use order::{LaneAck, Tail, Tails, Unit};
 use turns::Turns;
 
 /// Name of the durable consumer of events stored without a partition; partition `p`'s is
@@ -90,6 +96,8 @@ pub struct FanOut {
     pub metrics: Arc<Metrics>,
     pub max_event_bytes: usize,
     pub source: Source,
+    /// The last publish of each ordering unit, until it is stored.
+    tails: Tails,
 }
 
 /// A stored event, from the consumer or read back from the stream.
@@ -117,17 +125,11 @@ impl Stored {
 /// An event whose lane publishes are in flight; acked once they all are.
 struct Pending {
     message: Option<Message>,
-    acks: Vec<PublishAckFuture>,
+    acks: Vec<LaneAck>,
 }
 
 /// The publishes could not be sent; try the event again.
 struct Retry;
-
-/// An event's publishes, sent; `ordered` when one of them is for an `ordered` endpoint.
-struct Sent {
-    acks: Vec<PublishAckFuture>,
-    ordered: bool,
-}
 
 impl FanOut {
     /// Runs until `stop` is set. An error is for the supervisor (it restarts).
@@ -303,10 +305,7 @@ impl FanOut {
         Ok((consumer, messages))
     }
 
-    /// [`Self::fan_out`] until its publishes are sent (or `stop`: `None`). An event for
-    /// an `ordered` endpoint is not pipelined: its publishes must be acknowledged before
-    /// any later event is published, or a NATS leader change could store a later event
-    /// ahead of it.
+    /// [`Self::fan_out`] until its publishes are sent (or `stop`: `None`).
     async fn fan_out_retrying(
         &self,
         stored: &Stored,
@@ -318,22 +317,8 @@ impl FanOut {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         let mut message = message;
         loop {
-            let sent = match self.fan_out(stored).await {
-                Ok(Sent {
-                    acks,
-                    ordered: false,
-                }) => return Some(Pending { message, acks }),
-                Ok(Sent {
-                    acks,
-                    ordered: true,
-                }) => ack::all_acknowledged(acks).await,
-                Err(Retry) => false,
-            };
-            if sent {
-                return Some(Pending {
-                    message,
-                    acks: Vec::new(),
-                });
+            if let Ok(acks) = self.fan_out(stored).await {
+                return Some(Pending { message, acks });
             }
             tracing::warn!(
                 seq = stored.seq,
@@ -350,9 +335,9 @@ impl FanOut {
         }
     }
 
-    /// Publishes the event's lane messages (without waiting for their acks), or its
-    /// dead letter.
-    async fn fan_out(&self, stored: &Stored) -> Result<Sent, Retry> {
+    /// Publishes the event's lane messages (without waiting for their acks, but an
+    /// ordering unit's previous one's), or its dead letter.
+    async fn fan_out(&self, stored: &Stored) -> Result<Vec<LaneAck>, Retry> {
         let published = jiff::Timestamp::from_millisecond(stored.published_ms as i64)
             .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
         let event_id = dataplane::event_id(stored.published_ms, stored.seq);
@@ -371,13 +356,7 @@ impl FanOut {
         );
         let (event, endpoints) = match event {
             Ok(ok) => ok,
-            Err(bad) => {
-                let acks = self.dead_letter(stored, &event_id, bad).await?;
-                return Ok(Sent {
-                    acks,
-                    ordered: false,
-                });
-            }
+            Err(bad) => return self.dead_letter(stored, &event_id, bad).await,
         };
         self.metrics.events_ingested.inc();
         let mut acks = Vec::with_capacity(endpoints.len());
@@ -399,14 +378,58 @@ impl FanOut {
             };
             let publish = message.publish(event.body.clone());
             let subject = message.subject(&endpoint.key, endpoint.config.shard);
-            match self.js.send_publish(subject, publish).await {
-                Ok(ack) => acks.push(ack),
+            if !endpoint.config.ordered {
                 // The publishes that went through are deduplicated when it is retried.
-                Err(_) => return Err(Retry),
+                let ack = self
+                    .js
+                    .send_publish(subject, publish)
+                    .await
+                    .map_err(|_| Retry)?;
+                acks.push(LaneAck::Plain(ack));
+                continue;
+            }
+            let unit = Unit {
+                uid: endpoint.config.uid.clone(),
+                key: ordering_key,
+            };
+            self.after_tail(&unit).await?;
+            let ack = self
+                .js
+                .send_publish(subject.clone(), publish.clone())
+                .await
+                .map_err(|_| Retry)?;
+            let tail = Tail::new(ack, subject, publish);
+            acks.push(LaneAck::Ordered(tail.ack.clone()));
+            self.tails.put(unit, tail);
+        }
+        Ok(acks)
+    }
+
+    /// Waits until the unit's previous publish is stored, sending it again (once) if it
+    /// was not; `Retry` (its tail kept) if that failed too.
+    async fn after_tail(&self, unit: &Unit) -> Result<(), Retry> {
+        let Some(tail) = self.tails.take(unit) else {
+            return Ok(());
+        };
+        if tail.ack.clone().await.is_ok() {
+            return Ok(());
+        }
+        let again = match self
+            .js
+            .send_publish(tail.subject.clone(), tail.publish.clone())
+            .await
+        {
+            Ok(ack) => ack.await.map(drop).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match again {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                tracing::warn!(%error, "an ordered endpoint's earlier lane publish failed again; later events of it wait");
+                self.tails.put(unit.clone(), tail);
+                Err(Retry)
             }
         }
-        let ordered = endpoints.iter().any(|e| e.config.ordered);
-        Ok(Sent { acks, ordered })
     }
 
     async fn dead_letter(
@@ -414,7 +437,7 @@ impl FanOut {
         stored: &Stored,
         event_id: &str,
         bad: BadEvent,
-    ) -> Result<Vec<PublishAckFuture>, Retry> {
+    ) -> Result<Vec<LaneAck>, Retry> {
         let reason = bad.reason();
         tracing::warn!(
             subject = %dataplane::ingest_subject(stored.subject.as_str()),
@@ -450,7 +473,7 @@ impl FanOut {
         };
         let publish = letter.publish(payload);
         match self.js.send_publish(letter.subject(), publish).await {
-            Ok(ack) => Ok(vec![ack]),
+            Ok(ack) => Ok(vec![LaneAck::Plain(ack)]),
             Err(_) => Err(Retry),
         }
     }

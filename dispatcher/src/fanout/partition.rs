@@ -107,8 +107,8 @@ pub fn spawn_for_shard(
                         source.label().partition
                     );
                     // Acks and API calls wait at most FANOUT_TIMEOUT: a publish sent to a
-                    // stream leader that just died gets no answer at all, and the ordered
-                    // path retries it before any later event of the partition.
+                    // stream leader that just died gets no answer at all, and an ordered
+                    // endpoint's next event sends it again first.
                     let js = jetstream::ContextBuilder::new()
                         .timeout(FANOUT_TIMEOUT)
                         .build(shared.nats.connect(&name).await?);
@@ -119,6 +119,7 @@ pub fn spawn_for_shard(
                         metrics: shared.metrics.clone(),
                         max_event_bytes: shared.settings.max_event_bytes,
                         source,
+                        tails: Default::default(),
                     };
                     fanout.run(readiness, stop).await
                 }
