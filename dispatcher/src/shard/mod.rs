@@ -205,7 +205,7 @@ impl Runtime {
                 permit = self.shared.ceiling.clone().acquire_owned(), if self.ceiling_blocked => {
                     self.spare = permit.ok();
                 }
-                _ = flush.tick() => self.log.flush(&self.shared.layout.js),
+                _ = flush.tick() => self.log.flush(&self.shared.layout.js, std::time::Instant::now(), false),
                 _ = housekeeping.tick() => self.housekeeping(),
             }
             self.dispatch();

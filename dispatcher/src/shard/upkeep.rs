@@ -138,7 +138,8 @@ impl Runtime {
                 }
             }
         }
-        self.log.flush(&self.shared.layout.js);
+        self.log
+            .flush(&self.shared.layout.js, std::time::Instant::now(), true);
         for (key, slot) in &mut self.endpoints {
             for lane in [Lane::New, Lane::Retry] {
                 if let Some(below) = slot.state.lanes.queue(lane).purge_point() {
