@@ -373,9 +373,11 @@ impl EndpointState {
             self.circuit
                 .on_failure(streak, &delivery.circuit_breaker, now);
             match (result.outcome, result.retry_after) {
+                // A refusal with a pause: wait it out, then pace by rate, at half the
+                // concurrency (the receiver said it is overloaded).
                 (AttemptOutcome::RateLimited, Some(after)) => {
                     self.limiter.on_failure(true);
-                    self.pace.hold_for(after, now);
+                    self.pace.on_refused_for(after, now);
                 }
                 // A refusal without a pause: a rate limiter tripped; pace by rate, keep
                 // the concurrency (a slow receiver needs it for the same rate).

@@ -20,7 +20,7 @@ pub struct Pace {
     bucket: Option<(f64, Instant)>,
     /// Successes per second, the start of a learned rate.
     throughput: Throughput,
-    /// Set by a refusal without `Retry-After`; forgotten after a quiet minute.
+    /// Set by a refusal; forgotten after a quiet minute.
     learned: Option<Box<Learned>>,
     last_start: Option<Instant>,
 }
@@ -76,8 +76,7 @@ impl Pace {
         self.throughput.on_success(now);
     }
 
-    /// The receiver refused a request without saying for how long: pace by a learned
-    /// rate from now on (or cut it).
+    /// The receiver refused a request: pace by a learned rate from now on (or cut it).
     pub fn on_refused(&mut self, now: Instant) {
         let accepted = self.throughput.per_second(now);
         match &mut self.learned {
@@ -91,7 +90,16 @@ impl Pace {
         self.learned.as_ref().map(|l| l.rate())
     }
 
-    /// The receiver asked for a pause (`Retry-After` on 429/503), capped.
+    /// The receiver refused a request and asked for a pause (`Retry-After` on 429/503):
+    /// nothing starts before it ends, and then the endpoint is paced by a learned rate
+    /// as after a refusal without one — coming back at full concurrency would trip the
+    /// receiver's limiter again at once.
+    pub fn on_refused_for(&mut self, after: Duration, now: Instant) {
+        self.hold_for(after, now);
+        self.on_refused(now);
+    }
+
+    /// The receiver asked for a pause, capped.
     pub fn hold_for(&mut self, after: Duration, now: Instant) {
         let until = now + after.min(MAX_RETRY_AFTER);
         self.not_before = Some(self.not_before.map_or(until, |t| t.max(until)));
@@ -140,5 +148,84 @@ mod tests {
         let at = p.wait(Some(&rate), now).expect("the burst is spent");
         assert_eq!(at, now + Duration::from_millis(100));
         assert_eq!(p.wait(Some(&rate), at), None);
+    }
+
+    /// A receiver that accepts `per_second` with bursts of `burst` (a token bucket),
+    /// refuses the rest (asking for a pause of `retry_after`, if any) and answers in
+    /// `latency`; Herald with `concurrency` requests at a time and an endless backlog,
+    /// paced as the endpoint paces. Returns (accepted, refused) over 30 s.
+    fn simulate(
+        per_second: f64,
+        burst: f64,
+        latency: Duration,
+        concurrency: usize,
+        retry_after: Option<Duration>,
+    ) -> (u32, u32) {
+        let start = Instant::now();
+        let step = Duration::from_micros(500);
+        let (mut accepted, mut refused) = (0, 0);
+        let mut receiver = (burst, start);
+        let mut pace = Pace::default();
+        let mut in_flight: Vec<(Instant, bool)> = Vec::new();
+        let mut now = start;
+        while now < start + Duration::from_secs(30) {
+            // Answers that are due.
+            in_flight.retain(|(at, ok)| {
+                if *at > now {
+                    return true;
+                }
+                match (ok, retry_after) {
+                    (true, _) => pace.on_success(now),
+                    (false, Some(after)) => pace.on_refused_for(after, now),
+                    (false, None) => pace.on_refused(now),
+                }
+                false
+            });
+            while in_flight.len() < concurrency && pace.wait(None, now).is_none() {
+                pace.on_start(now);
+                let (tokens, at) = receiver;
+                let tokens = (tokens + (now - at).as_secs_f64() * per_second).min(burst);
+                let ok = tokens >= 1.0;
+                receiver = (if ok { tokens - 1.0 } else { tokens }, now);
+                if ok {
+                    accepted += 1;
+                } else {
+                    refused += 1;
+                }
+                in_flight.push((now + latency, ok));
+            }
+            now += step;
+        }
+        println!(
+            "accepted {accepted}, refused {refused} (ideal {})",
+            per_second * 30.0
+        );
+        (accepted, refused)
+    }
+
+    /// Within 1.5x of the ideal and under 5 % refused.
+    fn near_its_rate((accepted, refused): (u32, u32), per_second: f64) {
+        let ideal = per_second * 30.0;
+        assert!(f64::from(accepted) >= ideal / 1.5, "{accepted} of {ideal}");
+        let share = f64::from(refused) / f64::from(accepted + refused);
+        assert!(share < 0.05, "{refused} refused ({:.1}%)", share * 100.0);
+    }
+
+    #[test]
+    fn a_fast_receiver_limited_to_200_per_second_is_drained_near_its_rate() {
+        // 1 ms answers: a single request at a time would be 1,000 requests/s.
+        for retry_after in [None, Some(Duration::from_secs(1))] {
+            let run = simulate(200.0, 20.0, Duration::from_millis(1), 4, retry_after);
+            near_its_rate(run, 200.0);
+        }
+    }
+
+    #[test]
+    fn a_slow_receiver_limited_to_200_per_second_is_drained_near_its_rate() {
+        // 100 ms answers: 20 at a time are needed for 200/s.
+        for retry_after in [None, Some(Duration::from_secs(1))] {
+            let run = simulate(200.0, 20.0, Duration::from_millis(100), 64, retry_after);
+            near_its_rate(run, 200.0);
+        }
     }
 }
