@@ -98,6 +98,9 @@ struct Slot {
     queued: bool,
     /// The bytes of its lanes last reported to the dispatcher's lane budget.
     budgeted: usize,
+    /// Its tenth of the second in housekeeping (`upkeep`): endpoints are purged and
+    /// reported a tenth at a time, not all at once.
+    phase: u8,
 }
 
 struct Runtime {
@@ -122,6 +125,7 @@ struct Runtime {
     saver: tokio::sync::mpsc::UnboundedSender<lasting::Save>,
     /// When each busy endpoint was last purged early (see `upkeep::maybe_purge`).
     last_purge: HashMap<EndpointKey, std::time::Instant>,
+    cycle: upkeep::Cycle,
 }
 
 impl Runtime {
@@ -148,6 +152,7 @@ impl Runtime {
             reports: report::Reports::default(),
             saver,
             last_purge: HashMap::new(),
+            cycle: upkeep::Cycle::default(),
         }
     }
 
@@ -175,7 +180,7 @@ impl Runtime {
             .map_err(|e| ShardError::Consumer(e.into()))?;
         let mut flush = tokio::time::interval(Duration::from_millis(100));
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut housekeeping = tokio::time::interval(Duration::from_secs(1));
+        let mut housekeeping = tokio::time::interval(upkeep::TICK);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tracing::info!(shard = self.shard, "shard started");
         loop {
@@ -220,6 +225,7 @@ impl Runtime {
         let index = &self.shared.index;
         let saved = &mut self.saved;
         let reports = &mut self.reports;
+        let cycle = &mut self.cycle;
         let slot = self.endpoints.entry(key.clone()).or_insert_with(|| {
             let ep = index.endpoint(key);
             let keys = ep
@@ -234,6 +240,7 @@ impl Runtime {
                 state,
                 queued: false,
                 budgeted: 0,
+                phase: cycle.assign(),
             }
         });
         &mut slot.state

@@ -1,6 +1,8 @@
-//! Once a second: purge finished work below each lane's low-water mark, report health
-//! (through [`super::report`]), refresh the shard's gauges, and forget the state of
-//! endpoints whose configuration is gone and that hold nothing. At the end: drain.
+//! Once a second per endpoint: purge finished work below each lane's low-water mark,
+//! report health (through [`super::report`]), and forget the state of endpoints whose
+//! configuration is gone and that hold nothing — a tenth of the endpoints every 100 ms,
+//! so the purges and health writes of many endpoints do not come in one burst; the
+//! shard's gauges once a second, when every tenth was seen. At the end: drain.
 
 use std::time::{Duration, Instant};
 
@@ -24,22 +26,59 @@ fn purge(shared: &Shared, shard: u32, key: &EndpointKey, lane: Lane, below: u64)
     });
 }
 
+/// How often housekeeping runs; each endpoint comes up every [`PHASES`] ticks.
+pub(super) const TICK: Duration = Duration::from_millis(100);
+const PHASES: u8 = 10;
+
+/// Housekeeping's round through the tenths of a second, and the gauges it adds up on
+/// the way.
+#[derive(Default)]
+pub(super) struct Cycle {
+    phase: u8,
+    /// The phase the last new endpoint got (round robin, so tenths stay even).
+    assigned: u8,
+    sums: Sums,
+}
+
+/// The shard's gauges, added up over a round.
+#[derive(Default)]
+struct Sums {
+    open: i64,
+    disabled: i64,
+    pending: ShardPending,
+}
+
+impl Cycle {
+    /// A new endpoint's phase.
+    pub(super) fn assign(&mut self) -> u8 {
+        self.assigned = (self.assigned + 1) % PHASES;
+        self.assigned
+    }
+}
+
 impl Runtime {
     pub(super) fn housekeeping(&mut self) {
         let now = Instant::now();
         let ms = now_ms();
-        let (mut open, mut disabled) = (0, 0);
-        let mut pending = ShardPending::default();
+        let phase = self.cycle.phase;
+        let Sums {
+            open,
+            disabled,
+            pending,
+        } = &mut self.cycle.sums;
         let mut gone = Vec::new();
         for (key, slot) in &mut self.endpoints {
+            if slot.phase != phase {
+                continue;
+            }
             let state = &mut slot.state;
             for lane in [Lane::New, Lane::Retry] {
                 if let Some(below) = state.lanes.queue(lane).purge_point() {
                     purge(&self.shared, self.shard, key, lane, below);
                 }
             }
-            open += i64::from(state.circuit() != CircuitState::Closed);
-            disabled += i64::from(state.disabled.is_some());
+            *open += i64::from(state.circuit() != CircuitState::Closed);
+            *disabled += i64::from(state.disabled.is_some());
             let Some(health) = state.health(ms) else {
                 if state.is_idle() && state.in_flight() == 0 {
                     gone.push(key.clone());
@@ -80,6 +119,19 @@ impl Runtime {
         for key in gone {
             self.forget(&key);
         }
+        self.cycle.phase = (self.cycle.phase + 1) % PHASES;
+        if self.cycle.phase == 0 {
+            self.gauges();
+        }
+    }
+
+    /// The shard's gauges, from a whole round of housekeeping.
+    fn gauges(&mut self) {
+        let Sums {
+            open,
+            disabled,
+            pending,
+        } = std::mem::take(&mut self.cycle.sums);
         let metrics = &self.shared.metrics;
         metrics
             .endpoint_states
