@@ -1,7 +1,12 @@
-//! A request rate learned from a receiver's refusals (429 or 503): real
-//! rate limiters trip on bursts, not on the average, and a concurrency limit alone does
-//! not pace a fast receiver (one request at a time to a receiver answering in 1 ms is
-//! 1,000 requests/s). So after a refusal the endpoint is paced by a token bucket whose
+//! A request rate learned from a receiver's refusals (429 or 503 without `Retry-After`):
+//! real rate limiters trip on bursts, not on the average, and a concurrency limit alone
+//! does not pace a fast receiver (one request at a time to a receiver answering in 1 ms
+//! is 1,000 requests/s). A limiter that trips refuses a share of the requests, not one
+//! now and then: refusals count only when at least two, and at least 5 % of the
+//! requests, came back refused in the last second ([`is_limiter_trip`]) — a receiver
+//! that throttles a request here and there (one key of its own, say) must not bring an
+//! endpoint down to a few requests a second. Once they count, the endpoint is paced by
+//! a token bucket whose
 //! rate starts at the throughput the receiver just accepted, grows while nothing is
 //! refused — doubling per second until the next refusal (the estimate may come from a
 //! burst's first milliseconds), 5 % per second after — and is cut by a quarter on a refusal (once per second, however
@@ -17,15 +22,22 @@ const MIN_RATE: f64 = 1.0;
 const CUT_GAP: Duration = Duration::from_secs(1);
 const FORGET_AFTER: Duration = Duration::from_secs(60);
 
-/// Successes per second, counted in whole seconds (the current and the previous one).
+/// Whether `refused` refusals beside `accepted` successes in the last second are a rate
+/// limiter tripping rather than a refusal now and then.
+pub fn is_limiter_trip(refused: f64, accepted: f64) -> bool {
+    refused >= 2.0 && refused >= 0.05 * (refused + accepted)
+}
+
+/// Answers per second (successes, or refusals), counted in whole seconds (the current
+/// and the previous one).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Throughput {
+pub struct PerSecond {
     second: Option<Instant>,
     current: u32,
     previous: u32,
 }
 
-impl Throughput {
+impl PerSecond {
     fn roll(&mut self, now: Instant) {
         let start = *self.second.get_or_insert(now);
         let elapsed = now.saturating_duration_since(start);
@@ -38,12 +50,12 @@ impl Throughput {
         }
     }
 
-    pub fn on_success(&mut self, now: Instant) {
+    pub fn add(&mut self, now: Instant) {
         self.roll(now);
         self.current = self.current.saturating_add(1);
     }
 
-    /// Successes in about the last second.
+    /// Answers in about the last second.
     pub fn per_second(&mut self, now: Instant) -> f64 {
         self.roll(now);
         let into = self
@@ -109,7 +121,7 @@ impl Learned {
         self.rate = (self.rate * growth).min(ceiling.max(self.rate));
     }
 
-    /// The receiver refused a request (429 or 503) after accepting
+    /// The receiver refused a request (429 or 503 without `Retry-After`) after accepting
     /// `accepted` in the last second: the rate goes a quarter below the lower of the two.
     pub fn on_refused(&mut self, now: Instant, accepted: f64) {
         if now.saturating_duration_since(self.last_cut) < CUT_GAP {

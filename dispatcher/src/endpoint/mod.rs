@@ -373,14 +373,12 @@ impl EndpointState {
             self.circuit
                 .on_failure(streak, &delivery.circuit_breaker, now);
             match (result.outcome, result.retry_after) {
-                // A refusal: a rate limiter tripped; wait out the pause it asked for, if
-                // any, then pace by rate and keep the concurrency (a slow receiver needs
-                // it for the same rate; halving it at every refusal left a receiver that
-                // asks for pauses at one request at a time).
                 (AttemptOutcome::RateLimited, Some(after)) => {
-                    self.limiter.on_failure(false);
-                    self.pace.on_refused_for(after, now);
+                    self.limiter.on_failure(true);
+                    self.pace.hold_for(after, now);
                 }
+                // A refusal without a pause: a rate limiter tripped; pace by rate, keep
+                // the concurrency (a slow receiver needs it for the same rate).
                 (AttemptOutcome::RateLimited, None) => {
                     self.limiter.on_failure(false);
                     self.pace.on_refused(now);

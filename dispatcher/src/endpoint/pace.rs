@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use herald_core::v1alpha1::RateLimit;
 
-use super::learned::{Learned, Throughput};
+use super::learned::{Learned, PerSecond, is_limiter_trip};
 
 /// Longest `Retry-After` honoured; a receiver cannot park an endpoint for days.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
@@ -19,8 +19,11 @@ pub struct Pace {
     /// with a rate limit.
     bucket: Option<(f64, Instant)>,
     /// Successes per second, the start of a learned rate.
-    throughput: Throughput,
-    /// Set by a refusal; forgotten after a quiet minute.
+    throughput: PerSecond,
+    /// Refusals per second: a learned rate starts, or is cut, only when they are a
+    /// limiter tripping.
+    refusals: PerSecond,
+    /// Set by refusals without `Retry-After`; forgotten after a quiet minute.
     learned: Option<Box<Learned>>,
     last_start: Option<Instant>,
 }
@@ -73,12 +76,17 @@ impl Pace {
     }
 
     pub fn on_success(&mut self, now: Instant) {
-        self.throughput.on_success(now);
+        self.throughput.add(now);
     }
 
-    /// The receiver refused a request: pace by a learned rate from now on (or cut it).
+    /// The receiver refused a request: pace by a learned rate from now on (or cut it),
+    /// once the refusals are a limiter tripping.
     pub fn on_refused(&mut self, now: Instant) {
+        self.refusals.add(now);
         let accepted = self.throughput.per_second(now);
+        if !is_limiter_trip(self.refusals.per_second(now), accepted) {
+            return;
+        }
         match &mut self.learned {
             Some(learned) => learned.on_refused(now, accepted),
             None => self.learned = Some(Box::new(Learned::new(accepted, now))),
@@ -90,16 +98,7 @@ impl Pace {
         self.learned.as_ref().map(|l| l.rate())
     }
 
-    /// The receiver refused a request and asked for a pause (`Retry-After` on 429/503):
-    /// nothing starts before it ends, and then the endpoint is paced by a learned rate
-    /// as after a refusal without one — coming back at full concurrency would trip the
-    /// receiver's limiter again at once.
-    pub fn on_refused_for(&mut self, after: Duration, now: Instant) {
-        self.hold_for(after, now);
-        self.on_refused(now);
-    }
-
-    /// The receiver asked for a pause, capped.
+    /// The receiver asked for a pause (`Retry-After` on 429/503), capped.
     pub fn hold_for(&mut self, after: Duration, now: Instant) {
         let until = now + after.min(MAX_RETRY_AFTER);
         self.not_before = Some(self.not_before.map_or(until, |t| t.max(until)));
@@ -151,16 +150,18 @@ mod tests {
     }
 
     /// A receiver that accepts `per_second` with bursts of `burst` (a token bucket),
-    /// refuses the rest (asking for a pause of `retry_after`, if any) and answers in
-    /// `latency`; Herald with `concurrency` requests at a time and an endless backlog,
-    /// paced as the endpoint paces. Returns (accepted, refused) over 30 s.
+    /// refuses the rest without `Retry-After` — and, at random, a `sporadic` share of
+    /// what its bucket let through — and answers in `latency`; Herald with `concurrency`
+    /// requests at a time and an endless backlog, paced as the endpoint paces. Returns
+    /// (accepted, refused) over 30 s.
     fn simulate(
         per_second: f64,
         burst: f64,
         latency: Duration,
         concurrency: usize,
-        retry_after: Option<Duration>,
+        sporadic: f64,
     ) -> (u32, u32) {
+        let mut dice = fastrand::Rng::with_seed(7);
         let start = Instant::now();
         let step = Duration::from_micros(500);
         let (mut accepted, mut refused) = (0, 0);
@@ -174,10 +175,10 @@ mod tests {
                 if *at > now {
                     return true;
                 }
-                match (ok, retry_after) {
-                    (true, _) => pace.on_success(now),
-                    (false, Some(after)) => pace.on_refused_for(after, now),
-                    (false, None) => pace.on_refused(now),
+                if *ok {
+                    pace.on_success(now);
+                } else {
+                    pace.on_refused(now);
                 }
                 false
             });
@@ -185,8 +186,9 @@ mod tests {
                 pace.on_start(now);
                 let (tokens, at) = receiver;
                 let tokens = (tokens + (now - at).as_secs_f64() * per_second).min(burst);
-                let ok = tokens >= 1.0;
-                receiver = (if ok { tokens - 1.0 } else { tokens }, now);
+                let admitted = tokens >= 1.0;
+                receiver = (if admitted { tokens - 1.0 } else { tokens }, now);
+                let ok = admitted && dice.f64() >= sporadic;
                 if ok {
                     accepted += 1;
                 } else {
@@ -214,18 +216,32 @@ mod tests {
     #[test]
     fn a_fast_receiver_limited_to_200_per_second_is_drained_near_its_rate() {
         // 1 ms answers: a single request at a time would be 1,000 requests/s.
-        for retry_after in [None, Some(Duration::from_secs(1))] {
-            let run = simulate(200.0, 20.0, Duration::from_millis(1), 4, retry_after);
-            near_its_rate(run, 200.0);
-        }
+        near_its_rate(
+            simulate(200.0, 20.0, Duration::from_millis(1), 4, 0.0),
+            200.0,
+        );
     }
 
     #[test]
     fn a_slow_receiver_limited_to_200_per_second_is_drained_near_its_rate() {
         // 100 ms answers: 20 at a time are needed for 200/s.
-        for retry_after in [None, Some(Duration::from_secs(1))] {
-            let run = simulate(200.0, 20.0, Duration::from_millis(100), 64, retry_after);
-            near_its_rate(run, 200.0);
-        }
+        near_its_rate(
+            simulate(200.0, 20.0, Duration::from_millis(100), 64, 0.0),
+            200.0,
+        );
+    }
+
+    #[test]
+    fn a_refusal_now_and_then_is_not_a_limiter() {
+        // No limit, 1 % of the requests refused at random: four at a time at 1 ms each
+        // is about 4,000 requests/s, and a learned rate must not bring it down (cut by a
+        // quarter at every refusal, it fell to a few requests a second).
+        let (accepted, refused) = simulate(1e9, 1e9, Duration::from_millis(1), 4, 0.01);
+        assert!(accepted > 100_000, "{accepted} accepted, {refused} refused");
+        // A limiter behind the same noise is still found.
+        near_its_rate(
+            simulate(200.0, 20.0, Duration::from_millis(1), 4, 0.01),
+            200.0 * 0.99,
+        );
     }
 }

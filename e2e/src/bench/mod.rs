@@ -274,31 +274,28 @@ pub async fn run(env: &'static TestEnv, options: &Options) -> Results {
     }
     if o.on(Scenario::Recovery) {
         for n in 0..o.recovery_runs {
-            // A fast and a slow receiver answering 429 without `Retry-After`, and a fast
-            // one that asks for a second's pause.
-            for (delay, retry_after) in [(0, None), (o.recovery_slow_ms, None), (0, Some(1))] {
+            for delay in [0, o.recovery_slow_ms] {
                 let capacity = Capacity {
                     rate: o.recovery_rate,
                     burst: o.recovery_burst,
                     delay: Duration::from_millis(delay),
-                    retry_after,
                 };
                 progress(
                     start,
                     &format!(
-                        "recovery ({delay} ms receiver, Retry-After {retry_after:?}) run {}/{}: {} events while down; ideal drain {:.0} s",
+                        "recovery ({delay} ms receiver) run {}/{}: {} events while down; ideal drain {:.0} s",
                         n + 1,
                         o.recovery_runs,
                         o.recovery_events,
                         (o.recovery_events as f64 - o.recovery_burst).max(0.0) / o.recovery_rate
                     ),
                 );
-                let ns = ns(format!("rec-{n}-{delay}-{}", retry_after.unwrap_or(0)));
+                let ns = ns(format!("rec-{n}-{delay}"));
                 let run = recovery::recovery(&b, &ns, o.recovery_events, capacity).await;
                 progress(
                     start,
                     &format!(
-                        "recovery ({delay} ms receiver, Retry-After {retry_after:?}): drained {} of {} in {:.1} s ({:.2}× the ideal), {} of {} requests refused ({:.1} %)",
+                        "recovery ({delay} ms receiver): drained {} of {} in {:.1} s ({:.2}× the ideal), {} of {} requests refused ({:.1} %)",
                         run.delivered,
                         run.events,
                         run.drain_seconds,

@@ -35,10 +35,8 @@ pub struct Behavior {
     /// past the sender's timeout).
     pub delay: Duration,
     /// A token bucket `(per second, burst)` in front: a request beyond it is answered 429
-    /// at once, without `Retry-After` as many real rate limiters do, or with
-    /// `retry_after` (seconds) as others do.
+    /// at once, without `Retry-After`, as real rate limiters do.
     pub rate_limit: Option<(f64, f64)>,
-    pub retry_after: Option<u64>,
 }
 
 impl Behavior {
@@ -53,15 +51,6 @@ impl Behavior {
         Self {
             delay,
             rate_limit: Some((per_second, burst)),
-            retry_after: None,
-        }
-    }
-
-    /// [`Self::rate_limited`], its refusals asking for a pause of `seconds`.
-    pub fn with_retry_after(self, seconds: Option<u64>) -> Self {
-        Self {
-            retry_after: seconds,
-            ..self
         }
     }
 }
@@ -309,13 +298,7 @@ async fn handle(
     }
     if !accepted {
         state.refused.fetch_add(1, Ordering::Relaxed);
-        let mut refusal = answer(StatusCode::TOO_MANY_REQUESTS);
-        if let (Some(seconds), Ok(response)) = (state.behavior.retry_after, &mut refusal) {
-            response
-                .headers_mut()
-                .insert(hyper::header::RETRY_AFTER, seconds.into());
-        }
-        return refusal;
+        return answer(StatusCode::TOO_MANY_REQUESTS);
     }
     if !state.behavior.delay.is_zero() {
         let now = state.in_flight.fetch_add(1, Ordering::Relaxed) + 1;

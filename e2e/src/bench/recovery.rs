@@ -1,7 +1,7 @@
 //! Recovery: an endpoint whose receiver is down (nothing listens on its port: every
 //! connection is refused) while a backlog of events is published, then back with a
 //! capacity of `rate` requests/s — a token bucket with a small burst that answers 429
-//! above it, without `Retry-After` as many real rate limiters do, or with one. Measured from the moment
+//! without `Retry-After` above it, as real rate limiters do. Measured from the moment
 //! it is back: the drain time against the ideal `(events − burst) / rate`, the requests
 //! refused, the delivered count per second against the capacity line, and the
 //! endpoint's adaptive concurrency limit over time (from its health record, which the
@@ -24,8 +24,6 @@ pub struct Capacity {
     pub burst: f64,
     /// How long an accepted request takes (0: a fast receiver).
     pub delay: Duration,
-    /// The `Retry-After` of its refusals, in seconds.
-    pub retry_after: Option<u64>,
 }
 
 /// One recovery.
@@ -33,9 +31,6 @@ pub struct Capacity {
 pub struct RecoveryRun {
     /// Milliseconds an accepted request takes.
     pub delay_ms: u64,
-    /// The `Retry-After` of the receiver's refusals, in seconds.
-    #[serde(default)]
-    pub retry_after: Option<u64>,
     pub rate: f64,
     pub burst: f64,
     pub events: usize,
@@ -69,29 +64,17 @@ impl RecoveryRun {
     pub fn complete(&self) -> bool {
         self.delivered == self.events
     }
-
-    /// The receiver, as the report and the plots name it.
-    pub fn receiver(&self) -> String {
-        let speed = if self.delay_ms == 0 {
-            "fast receiver".to_owned()
-        } else {
-            format!("receiver taking {} ms", self.delay_ms)
-        };
-        match self.retry_after {
-            Some(s) => format!("{speed}, Retry-After {s} s"),
-            None => speed,
-        }
-    }
 }
 
 pub async fn recovery(b: &Bench, ns: &str, events: usize, capacity: Capacity) -> RecoveryRun {
     // A port nothing listens on until the receiver comes back.
     let port = crate::free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let path = b.rx.path(
-        Behavior::rate_limited(capacity.rate, capacity.burst, capacity.delay)
-            .with_retry_after(capacity.retry_after),
-    );
+    let path = b.rx.path(Behavior::rate_limited(
+        capacity.rate,
+        capacity.burst,
+        capacity.delay,
+    ));
     // Retries within seconds (the down phase fails the few events probed), a probe every
     // 2 s while the circuit is open (30 s by default: detection is not what is measured).
     let delivery = json!({
@@ -170,7 +153,6 @@ pub async fn recovery(b: &Bench, ns: &str, events: usize, capacity: Capacity) ->
     debug_assert!(refused <= refused_total);
     RecoveryRun {
         delay_ms: capacity.delay.as_millis() as u64,
-        retry_after: capacity.retry_after,
         rate: capacity.rate,
         burst: capacity.burst,
         events,

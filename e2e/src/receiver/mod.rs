@@ -61,10 +61,8 @@ pub struct Behavior {
     /// A per-event rule that comes first; requests it lets through answer as above.
     pub per_event: Option<EventRule>,
     /// A rate limiter before everything else: `(per second, burst)`, a token bucket;
-    /// a request beyond it answers 429 without `Retry-After`, as many real limiters do
-    /// (or with `limit_retry_after` seconds, as others do).
+    /// a request beyond it answers 429 without `Retry-After`, as real limiters do.
     pub rate_limit: Option<(f64, f64)>,
-    pub limit_retry_after: Option<u64>,
 }
 
 impl Default for Behavior {
@@ -75,7 +73,6 @@ impl Default for Behavior {
             headers: Vec::new(),
             per_event: None,
             rate_limit: None,
-            limit_retry_after: None,
         }
     }
 }
@@ -415,11 +412,7 @@ async fn handle(
             _ if limited => Some(Plan::Scripted {
                 status: 429,
                 delay: Duration::ZERO,
-                headers: behavior
-                    .limit_retry_after
-                    .map(|s| ("Retry-After".to_owned(), s.to_string()))
-                    .into_iter()
-                    .collect(),
+                headers: Vec::new(),
             }),
             Some(EventRule::FailFirstOfEvery { every, status })
                 if nth == 0 && data.is_some_and(|d| d.rem_euclid((*every).max(1) as i64) == 0) =>
