@@ -148,8 +148,9 @@ impl Runtime {
             return;
         };
         let state = &mut slot.state;
-        let finished = state.finish(item, &result, &decision, Instant::now(), now_ms());
-        self.log.push(&key, finished.record);
+        let now = Instant::now();
+        let finished = state.finish(item, &result, &decision, now, now_ms());
+        self.log.push(&key, finished.record, now);
         if finished.disabled
             && let Some(disabled) = &state.disabled
         {

@@ -1,10 +1,10 @@
 //! The attempt log's write side. Records are buffered per endpoint (the log is read per
 //! endpoint, one subject each) and an endpoint's batch is written once its oldest record
-//! is [`FLUSH_AGE`] old or it holds [`FLUSH_RECORDS`] — so an endpoint with a few
-//! deliveries a second writes about one message a second, not one per delivery, and
-//! endpoints flush at their own moments rather than all on one tick. The batches due at
-//! a tick go out together from one task (split by [`attempt_log::encode`] below NATS's
-//! payload limit), published back to back and acknowledged together.
+//! is [`FLUSH_AGE`] old or it holds [`FLUSH_RECORDS`]. The age is what a reader waits
+//! for a record at most (the delivery log, an `onlyFailed` replay started right after
+//! failures), so it stays short. The batches due at a tick go out together from one task
+//! (split by [`attempt_log::encode`] below NATS's payload limit), published back to back
+//! and acknowledged together.
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
@@ -17,7 +17,7 @@ use herald_core::dataplane::{AttemptRecord, EndpointKey, attempt_log};
 use crate::supervise::Backoff;
 
 /// How long a record waits for others of its endpoint, at most.
-pub const FLUSH_AGE: Duration = Duration::from_secs(1);
+pub const FLUSH_AGE: Duration = Duration::from_millis(100);
 /// Records of one endpoint written at once without waiting for [`FLUSH_AGE`].
 pub const FLUSH_RECORDS: usize = 1024;
 /// Tries of one batch before it is given up (about a minute: a NATS restart).
@@ -34,12 +34,12 @@ pub struct AttemptLog {
 }
 
 impl AttemptLog {
-    pub fn push(&mut self, key: &EndpointKey, record: AttemptRecord) {
+    pub fn push(&mut self, key: &EndpointKey, record: AttemptRecord, now: Instant) {
         match self.pending.get_mut(key) {
             Some(batch) => batch.records.push(record),
             None => {
                 let batch = Batch {
-                    since: Instant::now(),
+                    since: now,
                     records: vec![record],
                 };
                 self.pending.insert(key.clone(), batch);
@@ -144,9 +144,9 @@ mod tests {
             EndpointKey::new("ns", "busy"),
         );
         let start = Instant::now();
-        log.push(&quiet, record("q"));
+        log.push(&quiet, record("q"), start);
         for i in 0..FLUSH_RECORDS {
-            log.push(&busy, record(&i.to_string()));
+            log.push(&busy, record(&i.to_string()), start);
         }
         // The busy endpoint is written at once, on its own subject and in order.
         let due = log.take_due(start, false);
@@ -154,14 +154,14 @@ mod tests {
         let expected: Vec<String> = (0..FLUSH_RECORDS).map(|i| i.to_string()).collect();
         assert_eq!(events(&due), expected);
         // The quiet one waits for its age, then goes whole.
-        log.push(&quiet, record("r"));
-        assert!(log.take_due(Instant::now(), false).is_empty());
-        let due = log.take_due(Instant::now() + FLUSH_AGE, false);
+        log.push(&quiet, record("r"), start);
+        assert!(log.take_due(start, false).is_empty());
+        let due = log.take_due(start + FLUSH_AGE, false);
         assert_eq!(events(&due), ["q", "r"]);
         assert!(due.iter().all(|(s, _)| *s == quiet.attempts_subject()));
         // At the shard's end everything goes, due or not.
-        log.push(&quiet, record("s"));
-        assert_eq!(events(&log.take_due(Instant::now(), true)), ["s"]);
+        log.push(&quiet, record("s"), start);
+        assert_eq!(events(&log.take_due(start, true)), ["s"]);
         assert!(log.pending.is_empty());
     }
 }
