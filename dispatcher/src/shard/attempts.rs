@@ -74,7 +74,11 @@ impl Runtime {
                 Readiness::Ready(lane) => {
                     let replays = &self.shared.replays;
                     let Some(item) = state.start(lane, now, &|uid| replays.withdrawn(uid)) else {
+                        // Everything it could start belonged to a deleted replay or
+                        // endpoint and was dropped: the lane shrank, so it may need a
+                        // refill (nothing else would ask for one: no attempt of it ends).
                         self.spare = Some(permit);
+                        self.changed(&key, Some(lane));
                         continue;
                     };
                     self.spawn_attempt(&key, item, permit);
