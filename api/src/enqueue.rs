@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use herald_core::dataplane::lane::{LaneMessage, Origin};
 use herald_core::dataplane::{
-    DeliveryState, EndpointConfig, Newest, event_id, event_published_ms, event_subject,
+    DeliveryState, EndpointConfig, Newest, event_id, event_published_ms, event_sequence,
+    event_subject,
 };
 use herald_core::envelope::{self, HeaderSize};
 use herald_core::pattern::Pattern;
@@ -138,7 +139,7 @@ pub fn dead_events(newest: &Newest, complete_from_ms: u64) -> Vec<Arc<str>> {
 
 /// Whether `event_id` names a test event (never stored; see [`test_event_id`]).
 pub fn is_test_event(event_id: &str) -> bool {
-    crate::store::event_sequence(event_id).is_some_and(|seq| seq >= 1 << 63)
+    event_sequence(event_id).is_some_and(|seq| seq >= 1 << 63)
 }
 
 /// Queues a test event; returns its id.
@@ -184,7 +185,6 @@ pub async fn test_event(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::event_sequence;
     use herald_core::dataplane::{AttemptOutcome, AttemptRecord, event_published_ms};
 
     #[test]

@@ -12,8 +12,8 @@ use futures::StreamExt;
 use herald_core::api::{Limit, Truncated};
 use herald_core::dataplane::{
     ATTEMPTS_STREAM, AttemptRecord, BucketKey, CONFIG_BUCKET, DELIVERIES_STREAM, EVENTS_STREAM,
-    EndpointConfig, EndpointKey, Lane, LaneMessage, TenantPolicy, attempt_log, layout,
-    parse_event_subject,
+    EndpointConfig, EndpointKey, Lane, LaneMessage, TenantPolicy, attempt_log, event_sequence,
+    layout, parse_event_subject,
 };
 
 use crate::deliveries::Queued;
@@ -185,12 +185,6 @@ pub fn by_start_time(ms: u64) -> DeliverPolicy {
         "opt_start_time": from.to_string(),
     }))
     .unwrap_or(DeliverPolicy::All)
-}
-
-/// The event-store sequence an event id carries (`event_id(ms, seq)`).
-pub fn event_sequence(event_id: &str) -> Option<u64> {
-    let ulid = event_id.strip_prefix("msg_")?.parse::<ulid::Ulid>().ok()?;
-    u64::try_from(ulid.random()).ok()
 }
 
 impl Store {

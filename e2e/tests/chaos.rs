@@ -13,8 +13,15 @@
 //! order, no retry came before its schedule, no event was dead-lettered, no dispatcher
 //! exited on its own, and every dispatcher's peak memory stayed within its bound.
 //!
-//! `HERALD_CHAOS_SEEDS` (comma-separated; default: the fixed seeds below) and
-//! `HERALD_CHAOS_SECONDS` (how long things happen per seed, default 45) size the run;
+//! The second test runs the same through the control plane (`chaos/control.rs`):
+//! endpoints, replays and the signing secret are resources that two operator replicas
+//! reconcile, herald-api takes a share of the events over HTTP and redelivers, and the
+//! schedule also SIGKILLs operators, blacks the Kubernetes API out and redelivers. Its
+//! checks count each change from when the configuration in NATS showed it.
+//!
+//! `HERALD_CHAOS_SEEDS` / `HERALD_CHAOS_CONTROL_SEEDS` (comma-separated; default: the
+//! fixed seeds below; `none` skips that test) and `HERALD_CHAOS_SECONDS` (how long
+//! things happen per seed, default 45) size the run;
 //! `make soak` runs new seeds for longer. A failing run prints its seed and schedule;
 //! `HERALD_CHAOS_SEEDS=<seed> cargo test -p herald-e2e --test chaos` replays the same
 //! schedule. Each seed appends one line to `$HERALD_CHAOS_REPORT` (default
@@ -34,11 +41,15 @@ use herald_core::dataplane::{
 use herald_e2e::chaos::{Action, GRACE, Life, Role, Shape, describe, early_retries, plan};
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, TEST_SHARDS, endpoint};
 use herald_e2e::faults::{
-    Dispatchers, Published, StreamSpec, account, await_delivery, publish_stream, try_peak_rss_kib,
+    Dispatchers, Published, Publisher, StreamSpec, account, await_delivery, publish_stream,
+    publish_stream_to, try_peak_rss_kib,
 };
 use herald_e2e::receiver::{Behavior, Chaos, Receiver};
 use herald_e2e::{TestEnv, fault_lock, private_cluster_env};
 use serde_json::json;
+
+#[path = "chaos/control.rs"]
+mod control;
 
 const DISPATCHER: &str = env!("CARGO_BIN_EXE_herald-test-dispatcher");
 
@@ -48,6 +59,13 @@ const DISPATCHER: &str = env!("CARGO_BIN_EXE_herald-test-dispatcher");
 /// edits, an ordered switch, a key rotation, and a replay to the ordered endpoint while
 /// it is paused and a node is down.
 const FIXED_SEEDS: &[u64] = &[800];
+/// The seeds `make test` runs through the control plane.
+const FIXED_CONTROL_SEEDS: &[u64] = &[CONTROL_SEED];
+const CONTROL_SEED: u64 = 31;
+/// Events per second published through herald-api in a control-plane soak (numbered
+/// from [`HTTP_FIRST`]), besides [`RATE`] over NATS.
+const HTTP_RATE: f64 = 20.0;
+const HTTP_FIRST: u64 = 1_000_000;
 /// Events per second, published for the whole schedule.
 const RATE: f64 = 120.0;
 /// The flaky endpoint's retry schedule (explicit: no jitter, so it can be checked).
@@ -57,13 +75,15 @@ const MEMORY_BOUND_KIB: u64 = 512 * 1024;
 /// A second signing key the rotations alternate with.
 const OTHER_SECRET: &str = "whsec_BwgJCgsMDQ4PEBESExQVFhcYGRobHB0e";
 
-fn seeds() -> Vec<u64> {
-    match std::env::var("HERALD_CHAOS_SEEDS") {
+/// The seeds named by `var` (`none`: no seed), or `fixed`.
+fn seeds(var: &str, fixed: &[u64]) -> Vec<u64> {
+    match std::env::var(var) {
+        Ok(list) if list.trim() == "none" => Vec::new(),
         Ok(list) if !list.trim().is_empty() => list
             .split(',')
-            .map(|s| s.trim().parse().expect("HERALD_CHAOS_SEEDS: numbers"))
+            .map(|s| s.trim().parse().expect("seeds: numbers"))
             .collect(),
-        _ => FIXED_SEEDS.to_vec(),
+        _ => fixed.to_vec(),
     }
 }
 
@@ -77,15 +97,33 @@ fn length() -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seeded_chaos_schedule_keeps_the_delivery_contract() {
+    soak_seeds(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_chaos_schedule_through_the_control_plane_keeps_the_delivery_contract() {
+    soak_seeds(true).await;
+}
+
+async fn soak_seeds(control: bool) {
+    let (var, fixed) = if control {
+        ("HERALD_CHAOS_CONTROL_SEEDS", FIXED_CONTROL_SEEDS)
+    } else {
+        ("HERALD_CHAOS_SEEDS", FIXED_SEEDS)
+    };
+    let seeds = seeds(var, fixed);
+    if seeds.is_empty() {
+        return;
+    }
     let _faults = fault_lock().await;
     let env = private_cluster_env();
     let mut failed = Vec::new();
-    for seed in seeds() {
-        let violations = Soak::new(env, seed).await.run().await;
+    for seed in seeds {
+        let violations = Soak::new(env, seed, control).await.run().await;
         if !violations.is_empty() {
             failed.push(format!(
-                "seed {seed} (replay: HERALD_CHAOS_SEEDS={seed} HERALD_CHAOS_SECONDS={} cargo \
-                 test -p herald-e2e --test chaos):\n  {}",
+                "seed {seed} (replay: {var}={seed} HERALD_CHAOS_SECONDS={} cargo test -p \
+                 herald-e2e --test chaos):\n  {}",
                 length().as_secs(),
                 violations.join("\n  ")
             ));
@@ -122,19 +160,24 @@ impl Ep {
         }
     }
 
-    fn config(&self, ns: &str, url: String) -> EndpointConfig {
+    /// The resource's spec (without its secret and event types).
+    fn spec(&self, url: String) -> serde_json::Value {
         let timeout = if self.short_timeout { "2s" } else { "2500ms" };
         let retry = match self.role {
             Role::Flaky => json!({"schedule": FLAKY_SCHEDULE}),
             _ => json!({"schedule": ["500ms", "1s", "1s", "2s", "2s", "2s"]}),
         };
-        let spec = json!({
+        json!({
             "url": url,
             "ordered": self.ordered,
             "paused": self.paused,
             "delivery": {"timeout": timeout, "retry": retry},
-        });
-        let mut config = endpoint(ns, self.role.name(), spec);
+        })
+    }
+
+    /// The configuration the operator would write for the spec.
+    fn config(&self, ns: &str, url: String) -> EndpointConfig {
+        let mut config = endpoint(ns, self.role.name(), self.spec(url));
         config.uid = format!("uid-{ns}-{}", self.path());
         config.generation = self.generation;
         config
@@ -160,10 +203,13 @@ struct Soak {
     cpu: BTreeMap<String, (Instant, Duration, Duration)>,
     rotated: bool,
     started: Instant,
+    /// Set when the control plane carries the changes (resources, operators, herald-api).
+    control: Option<control::Control>,
+    redeliveries: Vec<Redelivered>,
 }
 
 impl Soak {
-    async fn new(env: &'static TestEnv, seed: u64) -> Self {
+    async fn new(env: &'static TestEnv, seed: u64, through_control: bool) -> Self {
         let nats = env.nats().await;
         let js = async_nats::jetstream::new(nats.clone());
         herald_dispatcher::setup::ensure(
@@ -176,9 +222,18 @@ impl Soak {
         .expect("replicated JetStream layout");
         let dp = DataPlane::new(nats).await;
         let rx = Receiver::start().await;
-        let ns = herald_e2e::unique_name("chaos");
-        dp.put_keys(&ns, "signing", &[TEST_SECRET]).await;
         let label = format!("chaos-{seed}");
+        let control = match through_control {
+            true => Some(control::Control::start(env, &label).await),
+            false => None,
+        };
+        let ns = match &control {
+            Some(c) => c.ns().to_owned(),
+            None => herald_e2e::unique_name("chaos"),
+        };
+        if control.is_none() {
+            dp.put_keys(&ns, "signing", &[TEST_SECRET]).await;
+        }
         let dispatchers = Dispatchers::new(DISPATCHER, env.nats_url(), &label)
             .with_args(&["--jetstream-replicas", "3"]);
         let mut soak = Self {
@@ -195,6 +250,8 @@ impl Soak {
             replays: Vec::new(),
             rotated: false,
             started: Instant::now(),
+            control,
+            redeliveries: Vec::new(),
         };
         for role in Role::ALL {
             let ep = Ep {
@@ -213,6 +270,12 @@ impl Soak {
             };
             soak.eps.insert(role, ep);
             soak.put(role, None).await;
+        }
+        if let Some(c) = &soak.control {
+            for role in Role::ALL {
+                let path = soak.eps[&role].path();
+                c.until_configured(role.name(), &soak.rx.url(&path)).await;
+            }
         }
         soak
     }
@@ -236,6 +299,10 @@ impl Soak {
         let path = ep.path();
         ep.lives.last_mut().expect("a life").path = path.clone();
         self.rx.behave(&path, ep.behavior(seed));
+        if let Some(c) = &self.control {
+            c.apply(role.name(), ep.spec(self.rx.url(&path))).await;
+            return;
+        }
         let config = ep.config(&self.ns, self.rx.url(&path));
         let value = serde_json::to_vec(&config).expect("a configuration");
         self.write(config.key().config_key(), Some(value)).await;
@@ -294,6 +361,7 @@ impl Soak {
             nats_nodes: self.env.nats_nodes().len(),
             mean_gap: Duration::from_secs(3),
             shards: TEST_SHARDS,
+            control: self.control.is_some(),
         };
         let steps = plan(self.seed, &shape);
         println!(
@@ -317,13 +385,37 @@ impl Soak {
             },
             progress,
         );
+        let http = self.control.as_ref().map(|c| {
+            let publisher = Publisher::Http {
+                base: c.api_base.clone(),
+                client: c.http.clone(),
+            };
+            let spec = StreamSpec {
+                namespace: self.ns.clone(),
+                event_type: "chaos.tick".into(),
+                first: HTTP_FIRST,
+                count: (HTTP_RATE * shape.length.as_secs_f64()) as u64,
+                rate: HTTP_RATE,
+            };
+            publish_stream_to(publisher, spec, Arc::new(AtomicU64::new(0)))
+        });
         for step in &steps {
             tokio::time::sleep_until((self.started + step.at).into()).await;
             self.sample_memory();
             self.say(&step.action.to_string());
             self.apply(&step.action).await;
         }
-        let published = publisher.await.expect("the publisher");
+        let mut published = publisher.await.expect("the publisher");
+        if let Some(http) = http {
+            let over_http = http.await.expect("the HTTP publisher");
+            self.say(&format!(
+                "{} events accepted over HTTP, {} not (last error {:?})",
+                over_http.acked.len(),
+                over_http.given_up.len(),
+                over_http.last_error
+            ));
+            published.merge(over_http);
+        }
         self.say(&format!(
             "{} events accepted, {} not; waiting for deliveries",
             published.acked.len(),
@@ -380,6 +472,10 @@ impl Soak {
             Action::Delete(role) => {
                 let ep = self.ep(*role);
                 ep.lives.last_mut().expect("a life").deleted = Some(now);
+                if let Some(c) = &self.control {
+                    c.delete_endpoint(role.name()).await;
+                    return;
+                }
                 let key = EndpointKey::new(&self.ns, role.name()).config_key();
                 self.write(key, None).await;
             }
@@ -419,12 +515,26 @@ impl Soak {
             Action::Replay(role, n) => {
                 let to_ms = now_ms();
                 let life = self.ep(*role).lives.len() - 1;
+                let made = ReplayMade {
+                    n: *n,
+                    role: *role,
+                    life,
+                    acked: (now - REPLAYED, now),
+                    deleted: false,
+                };
+                let from_ms = to_ms - REPLAYED.as_millis() as u64;
+                if let Some(c) = &self.control {
+                    c.replay(&format!("r{n}"), role.name(), from_ms, to_ms)
+                        .await;
+                    self.replays.push(made);
+                    return;
+                }
                 let request = ReplayRequest {
                     namespace: self.ns.clone(),
                     name: format!("r{n}"),
                     uid: format!("uid-{}-r{n}", self.ns),
                     endpoint: role.name().into(),
-                    from_ms: to_ms - REPLAYED.as_millis() as u64,
+                    from_ms,
                     to_ms,
                     event_types: Vec::new(),
                     only_failed: false,
@@ -433,19 +543,24 @@ impl Soak {
                 let key = BucketKey::replay(&self.ns, &request.name).to_string();
                 let value = serde_json::to_vec(&request).expect("a request");
                 self.write(key, Some(value)).await;
-                self.replays.push(ReplayMade {
-                    n: *n,
-                    role: *role,
-                    life,
-                    acked: (now - REPLAYED, now),
-                    deleted: false,
-                });
+                self.replays.push(made);
             }
             Action::DeleteReplay(n) => {
-                let key = BucketKey::replay(&self.ns, &format!("r{n}")).to_string();
-                self.write(key, None).await;
+                let name = format!("r{n}");
+                match &self.control {
+                    Some(c) => c.delete_replay(&name).await,
+                    None => {
+                        let key = BucketKey::replay(&self.ns, &name).to_string();
+                        self.write(key, None).await;
+                    }
+                }
                 if let Some(r) = self.replays.iter_mut().find(|r| r.n == *n) {
                     r.deleted = true;
+                }
+            }
+            Action::RotateKeys if self.control.is_some() => {
+                if let Some(c) = &mut self.control {
+                    c.rotate().await;
                 }
             }
             Action::RotateKeys => {
@@ -462,7 +577,55 @@ impl Soak {
                 self.write(keyset_key(&self.ns, "signing"), Some(value))
                     .await;
             }
+            Action::KillOperator(id) => {
+                let c = self.control.as_mut().expect("a control-plane soak");
+                c.operators.kill(id);
+            }
+            Action::StartOperator(id) => {
+                let c = self.control.as_mut().expect("a control-plane soak");
+                c.operators.start(id);
+            }
+            Action::BlackoutApi(down) => {
+                let env = self.env;
+                let seconds = down.as_secs_f64();
+                tokio::task::spawn_blocking(move || env.blackout_apiserver(seconds))
+                    .await
+                    .expect("apiserver-blackout");
+            }
+            Action::Redeliver(role) => self.redeliver(*role, now).await,
         }
+    }
+
+    /// Sends the latest event `role`'s endpoint received again through herald-api.
+    async fn redeliver(&mut self, role: Role, now: Instant) {
+        let ep = &self.eps[&role];
+        let life = ep.lives.len() - 1;
+        let path = ep.path();
+        let Some(latest) = self
+            .rx
+            .exchanges(&path)
+            .into_iter()
+            .rev()
+            .find(|x| x.data.is_some())
+        else {
+            self.say(&format!("/{path} has received nothing yet: no redelivery"));
+            return;
+        };
+        let c = self.control.as_ref().expect("a control-plane soak");
+        let answer = c.redeliver(role.name(), &latest.webhook_id).await;
+        self.say(&format!(
+            "redeliver {} (event {:?}) to {}: {answer:?}",
+            latest.webhook_id,
+            latest.data,
+            role.name()
+        ));
+        self.redeliveries.push(Redelivered {
+            role,
+            life,
+            data: latest.data.expect("a numbered event"),
+            at: now,
+            answer,
+        });
     }
 
     fn ep(&mut self, role: Role) -> &mut Ep {
@@ -471,6 +634,13 @@ impl Soak {
 
     /// Waits for what is owed, then checks the contract; returns every violation.
     async fn check(mut self, published: Published, steps: usize) -> Vec<String> {
+        if let Some(c) = &self.control {
+            // Through the operator, a change counts from when NATS showed it.
+            for ep in self.eps.values_mut() {
+                let changes = c.changes(ep.role.name());
+                ep.lives = ep.lives.iter().map(|l| l.as_configured(&changes)).collect();
+            }
+        }
         let lives: Vec<Life> = self.eps.values().flat_map(|e| e.lives.clone()).collect();
         let owed: Vec<(Life, Published)> = lives
             .iter()
@@ -495,6 +665,15 @@ impl Soak {
         for (id, status) in self.dispatchers.exited() {
             violations.push(format!("dispatcher {id} exited on its own: {status}"));
         }
+        if let Some(c) = &mut self.control {
+            for (id, status) in c.operators.exited() {
+                violations.push(format!("operator {id} exited on its own: {status}"));
+            }
+            if let Some(status) = c.api_exited() {
+                violations.push(format!("herald-api exited on its own: {status}"));
+            }
+        }
+        violations.extend(self.redeliveries_missing());
         let mut received = Vec::new();
         for (life, owed) in &owed {
             let ordered = life.role == Role::Ordered;
@@ -599,6 +778,9 @@ impl Soak {
             }
         }
         self.dispatchers.stop_all().await;
+        if let Some(c) = &mut self.control {
+            c.cleanup().await;
+        }
         let peak = self.peaks.values().max().copied().unwrap_or_default() / 1024;
         let line = format!(
             "| {} | {:.0} s | {steps} | {} | {} | {} MiB | {} |\n",
@@ -626,6 +808,40 @@ impl Soak {
             let _ = file.write_all(line.as_bytes());
         }
         violations
+    }
+
+    /// Redeliveries herald-api accepted whose event did not arrive again (unless the
+    /// endpoint was deleted since).
+    fn redeliveries_missing(&self) -> Vec<String> {
+        let mut missing = Vec::new();
+        for r in &self.redeliveries {
+            let ep = &self.eps[&r.role];
+            let life = &ep.lives[r.life];
+            if life.deleted.is_some() {
+                continue;
+            }
+            if let Err(e) = &r.answer {
+                missing.push(format!(
+                    "/{}: redelivering event {} refused: {e}",
+                    life.path, r.data
+                ));
+                continue;
+            }
+            let again = self
+                .rx
+                .exchanges(&life.path)
+                .iter()
+                .any(|x| x.data == Some(r.data) && x.at >= r.at);
+            if !again {
+                missing.push(format!(
+                    "/{}: event {} redelivered at +{:.1}s never arrived again",
+                    life.path,
+                    r.data,
+                    (r.at - self.started).as_secs_f64()
+                ));
+            }
+        }
+        missing
     }
 
     /// Every dead letter of this soak's namespace: `reason event-id subject`.
@@ -667,6 +883,16 @@ struct ReplayMade {
     /// The acknowledgements it covers (this process's clock).
     acked: (Instant, Instant),
     deleted: bool,
+}
+
+/// A redelivery the soak asked herald-api for.
+struct Redelivered {
+    role: Role,
+    life: usize,
+    /// The event's number.
+    data: i64,
+    at: Instant,
+    answer: Result<(), String>,
 }
 
 /// How far back a replay reaches.

@@ -475,6 +475,12 @@ pub fn event_published_ms(event_id: &str) -> Option<u64> {
     Some(ulid.timestamp_ms())
 }
 
+/// The [`EVENTS_STREAM`] sequence an event id carries (`event_id(ms, seq)`).
+pub fn event_sequence(event_id: &str) -> Option<u64> {
+    let ulid = event_id.strip_prefix("msg_")?.parse::<ulid::Ulid>().ok()?;
+    u64::try_from(ulid.random()).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

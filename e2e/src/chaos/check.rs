@@ -75,6 +75,52 @@ impl Life {
     }
 }
 
+/// A change of an endpoint's entry in `herald-config`, as a watch of the bucket saw it.
+#[derive(Debug, Clone)]
+pub struct ConfigChange {
+    pub at: Instant,
+    /// The endpoint's URL; `None`: the entry was deleted.
+    pub url: Option<String>,
+    pub paused: bool,
+}
+
+impl Life {
+    /// The life as the dispatchers could know it when its changes go through the
+    /// operator (`changes`: the endpoint's configuration entry, in order): its creation,
+    /// pauses and deletion count from when the entry shows them, never from before the
+    /// user made them. A pause the entry never showed (lifted before the operator got to
+    /// it) holds the dispatchers to nothing; a creation or deletion it never showed
+    /// keeps the user's time (the operator owed it, and a loss or a late request then
+    /// shows).
+    pub fn as_configured(&self, changes: &[ConfigChange]) -> Life {
+        let tail = format!("/{}", self.path);
+        let mine = |c: &ConfigChange| c.url.as_deref().is_some_and(|u| u.ends_with(&tail));
+        let since = |from: Instant| changes.iter().filter(move |c| c.at >= from);
+        let created = self
+            .created
+            .map(|at| since(at).find(|c| mine(c)).map_or(at, |c| c.at));
+        let deleted = self
+            .deleted
+            .map(|at| since(at).find(|c| !mine(c)).map_or(at, |c| c.at));
+        let pauses = self
+            .pauses
+            .iter()
+            .filter_map(|(from, until)| {
+                let shown = since(*from)
+                    .take_while(|c| until.is_none_or(|until| c.at < until))
+                    .find(|c| mine(c) && c.paused)?;
+                Some((shown.at, *until))
+            })
+            .collect();
+        Life {
+            created,
+            deleted,
+            pauses,
+            ..self.clone()
+        }
+    }
+}
+
 /// Retries of one path that came sooner than the schedule says: after the `k`-th
 /// failed request of an event (0-based) the next one is due `schedule[k]` later (the
 /// last entry repeats). A pair with a `disruption` (a dispatcher or NATS node killed)
@@ -180,6 +226,45 @@ mod tests {
         assert!(life.unwanted(&ok).is_empty(), "{:?}", life.unwanted(&ok));
         let bad = [x(t0 + s(20), "a", 200), x(t0 + s(110), "b", 200)];
         assert_eq!(life.unwanted(&bad).len(), 2);
+    }
+
+    #[test]
+    fn through_the_operator_a_life_counts_from_when_its_configuration_showed_each_change() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let change = |at: u64, url: Option<&str>, paused: bool| ConfigChange {
+            at: t0 + s(at),
+            url: url.map(str::to_owned),
+            paused,
+        };
+        let asked = Life {
+            role: Role::Plain,
+            path: "plain-1".into(),
+            created: Some(t0 + s(10)),
+            deleted: Some(t0 + s(90)),
+            pauses: vec![
+                (t0 + s(20), Some(t0 + s(40))),
+                (t0 + s(50), Some(t0 + s(52))),
+            ],
+        };
+        let changes = [
+            // The previous life's entry, then this one's, 3 s late (an operator failover).
+            change(1, Some("http://rx/plain-0"), false),
+            change(13, Some("http://rx/plain-1"), false),
+            change(27, Some("http://rx/plain-1"), true),
+            change(41, Some("http://rx/plain-1"), false),
+            // The second pause was lifted before the operator wrote it.
+            change(95, None, false),
+        ];
+        let seen = asked.as_configured(&changes);
+        assert_eq!(seen.created, Some(t0 + s(13)));
+        assert_eq!(seen.pauses, vec![(t0 + s(27), Some(t0 + s(40)))]);
+        assert_eq!(seen.deleted, Some(t0 + s(95)));
+        // Never shown: the user's times stand.
+        let unseen = asked.as_configured(&changes[..1]);
+        assert_eq!(unseen.created, asked.created);
+        assert_eq!(unseen.deleted, asked.deleted);
+        assert!(unseen.pauses.is_empty());
     }
 
     #[test]

@@ -8,5 +8,5 @@
 pub mod check;
 pub mod schedule;
 
-pub use check::{GRACE, Life, early_retries};
-pub use schedule::{Action, Role, Shape, Step, describe, plan};
+pub use check::{ConfigChange, GRACE, Life, early_retries};
+pub use schedule::{Action, OPERATORS, Role, Shape, Step, describe, plan};

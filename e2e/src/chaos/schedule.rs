@@ -45,6 +45,9 @@ impl Role {
     /// their schedule (a replayed event is sent again at once, by design).
     pub const REPLAYED: [Role; 2] = [Role::Plain, Role::Ordered];
 
+    /// The endpoints redeliveries go to: not the flaky one (see [`Role::REPLAYED`]).
+    pub const REDELIVERED: [Role; 4] = [Role::Plain, Role::Ordered, Role::Chaotic, Role::Toggle];
+
     /// Whether the soak deletes and re-creates it. The ordered and flaky endpoints stay,
     /// so the namespace always has an endpoint and their checks span the whole run.
     pub fn deletable(self) -> bool {
@@ -84,6 +87,16 @@ pub enum Action {
     Replay(Role, u32),
     /// The replay deleted, whether it finished or not.
     DeleteReplay(u32),
+    /// Control plane only: `kill -9` of an operator replica (the other, if running,
+    /// takes the lead once the Lease expires).
+    KillOperator(String),
+    /// Control plane only: an operator replica started again.
+    StartOperator(String),
+    /// Control plane only: the Kubernetes API unreachable for this long.
+    BlackoutApi(Duration),
+    /// Control plane only: the latest event the endpoint received sent again through
+    /// herald-api's redeliver.
+    Redeliver(Role),
 }
 
 impl fmt::Display for Action {
@@ -104,6 +117,10 @@ impl fmt::Display for Action {
             Action::StealLease(n) => write!(f, "steal the lease of shard {n}"),
             Action::Replay(r, n) => write!(f, "replay r{n}: the last 10 s to {}", r.name()),
             Action::DeleteReplay(n) => write!(f, "delete replay r{n}"),
+            Action::KillOperator(id) => write!(f, "kill -9 operator {id}"),
+            Action::StartOperator(id) => write!(f, "start operator {id}"),
+            Action::BlackoutApi(d) => write!(f, "Kubernetes API unreachable for {d:.1?}"),
+            Action::Redeliver(r) => write!(f, "redeliver {}'s latest event", r.name()),
         }
     }
 }
@@ -128,7 +145,14 @@ pub struct Shape {
     pub mean_gap: Duration,
     /// The installation's shard count (whose leases may be stolen).
     pub shards: u32,
+    /// Endpoints are resources reconciled by [`OPERATORS`] operator replicas, and
+    /// herald-api runs: operators are killed, the Kubernetes API goes away, deliveries
+    /// are redelivered. Otherwise the soak writes the configuration to NATS itself.
+    pub control: bool,
 }
+
+/// The operator replicas of a control-plane soak, all running at its start.
+pub const OPERATORS: [&str; 2] = ["o0", "o1"];
 
 /// What the generator knows of the system.
 #[derive(Default)]
@@ -144,6 +168,10 @@ struct Model {
     /// Replays requested so far, and the one not deleted yet (with its endpoint).
     replays: u32,
     replay: Option<(u32, Role)>,
+    /// Operator replicas down (a control-plane soak).
+    operators_down: BTreeSet<String>,
+    /// No blackout of the Kubernetes API begins before this (one at a time).
+    api_back: Duration,
 }
 
 /// How long a stolen lease keeps its shard from every replica: the bucket's TTL (10 s)
@@ -203,6 +231,12 @@ pub fn plan(seed: u64, shape: &Shape) -> Vec<Step> {
             action: Action::Resume(role),
         });
     }
+    for id in std::mem::take(&mut m.operators_down) {
+        steps.push(Step {
+            at: end,
+            action: Action::StartOperator(id),
+        });
+    }
     steps
 }
 
@@ -223,6 +257,10 @@ enum Choice {
     Steal,
     Replay,
     DeleteReplay,
+    KillOperator,
+    StartOperator,
+    Blackout,
+    Redeliver,
 }
 
 impl Model {
@@ -276,6 +314,19 @@ impl Model {
         }
         if at >= self.steal_after {
             c.push((Choice::Steal, 1));
+        }
+        if shape.control {
+            if self.operators_down.is_empty() {
+                c.push((Choice::KillOperator, 2));
+            } else {
+                c.push((Choice::StartOperator, 3));
+            }
+            if at >= self.api_back {
+                c.push((Choice::Blackout, 1));
+            }
+            if Role::REDELIVERED.iter().any(live) {
+                c.push((Choice::Redeliver, 2));
+            }
         }
         c
     }
@@ -358,12 +409,42 @@ impl Model {
                 let (n, _) = self.replay.take().expect("a replay to delete");
                 Action::DeleteReplay(n)
             }
+            Choice::KillOperator => {
+                let id = OPERATORS[rng.usize(..OPERATORS.len())].to_owned();
+                self.operators_down.insert(id.clone());
+                Action::KillOperator(id)
+            }
+            Choice::StartOperator => {
+                let id = pick_id(rng, &self.operators_down);
+                self.operators_down.remove(&id);
+                Action::StartOperator(id)
+            }
+            Choice::Blackout => {
+                let down = Duration::from_millis(rng.u64(5_000..=15_000));
+                self.api_back = at + down;
+                Action::BlackoutApi(down)
+            }
+            Choice::Redeliver => {
+                let from = Role::REDELIVERED
+                    .into_iter()
+                    .filter(|r| !self.deleted.contains(r))
+                    .collect();
+                Action::Redeliver(pick(rng, from))
+            }
             Choice::Steal => {
                 self.steal_after = at + STOLEN_FOR;
                 Action::StealLease(rng.u32(..shape.shards.max(1)))
             }
         }
     }
+}
+
+fn pick_id(rng: &mut fastrand::Rng, from: &BTreeSet<String>) -> String {
+    let i = rng.usize(..from.len());
+    from.iter()
+        .nth(i)
+        .expect("an index below the length")
+        .clone()
 }
 
 /// The schedule as lines a person reads: `+12.3s  kill -9 dispatcher d1`.
@@ -385,6 +466,14 @@ mod tests {
             nats_nodes: 3,
             mean_gap: Duration::from_secs(2),
             shards: 4,
+            control: false,
+        }
+    }
+
+    fn control() -> Shape {
+        Shape {
+            control: true,
+            ..shape()
         }
     }
 
@@ -400,8 +489,8 @@ mod tests {
     /// with every node up and nothing paused.
     #[test]
     fn every_step_is_possible_when_it_is_taken() {
-        for seed in 0..200 {
-            let steps = plan(seed, &shape());
+        for (seed, shape) in (0..200).flat_map(|seed| [(seed, shape()), (seed, control())]) {
+            let steps = plan(seed, &shape);
             let mut running = BTreeSet::new();
             let mut down = None;
             let mut paused = BTreeSet::new();
@@ -409,6 +498,8 @@ mod tests {
             let mut kinds = std::collections::HashSet::new();
             let mut stolen_at: Option<Duration> = None;
             let mut replay = None;
+            let mut operators_down = BTreeSet::new();
+            let mut api_back = Duration::ZERO;
             for (i, s) in steps.iter().enumerate() {
                 assert!(i == 0 || steps[i - 1].at <= s.at, "seed {seed}: time order");
                 kinds.insert(std::mem::discriminant(&s.action));
@@ -449,9 +540,26 @@ mod tests {
                         );
                         stolen_at = Some(s.at);
                     }
+                    Action::KillOperator(id) => {
+                        assert!(shape.control, "seed {seed}: an operator in a data soak");
+                        assert!(operators_down.is_empty(), "seed {seed}: both down");
+                        operators_down.insert(id.clone());
+                    }
+                    Action::StartOperator(id) => {
+                        assert!(operators_down.remove(id), "seed {seed}: {id} was running")
+                    }
+                    Action::BlackoutApi(d) => {
+                        assert!(shape.control && s.at >= api_back, "seed {seed}: overlap");
+                        api_back = s.at + *d;
+                    }
+                    Action::Redeliver(r) => {
+                        assert!(shape.control && Role::REDELIVERED.contains(r));
+                        assert!(!deleted.contains(r), "seed {seed}: {r:?} is deleted");
+                    }
                 }
             }
             assert!(down.is_none() && paused.is_empty(), "seed {seed}: restored");
+            assert!(operators_down.is_empty(), "seed {seed}: operators restored");
             assert!(kinds.len() >= 8, "seed {seed}: only {} kinds", kinds.len());
         }
     }

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, message::PublishMessage};
-use herald_core::dataplane::event_subject;
+use herald_core::api::EventAccepted;
+use herald_core::dataplane::{event_sequence, event_subject};
 use serde_json::json;
 
 /// An event JetStream acknowledged.
@@ -74,18 +75,85 @@ const EVENT_DEADLINE: Duration = Duration::from_secs(60);
 /// How long one publish attempt waits for its ack.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Where a stream's events are published.
+#[derive(Debug, Clone)]
+pub enum Publisher {
+    /// JetStream directly, each event with `Nats-Msg-Id` `<namespace>-<n>`.
+    Nats(jetstream::Context),
+    /// `POST /v1/namespaces/<ns>/events` of herald-api at this base URL (no credentials:
+    /// an API in development mode), each event with `Idempotency-Key` `<namespace>-<n>`.
+    Http {
+        base: String,
+        client: reqwest::Client,
+    },
+}
+
+impl Publisher {
+    /// One attempt to publish event `n`: its stream sequence, whether it was a
+    /// duplicate, or what went wrong.
+    async fn publish(&self, spec: &StreamSpec, n: u64, body: &[u8]) -> Result<(u64, bool), String> {
+        let key = format!("{}-{n}", spec.namespace);
+        match self {
+            Publisher::Nats(js) => {
+                let subject = event_subject(&spec.namespace, &spec.event_type);
+                let ack = js
+                    .send_publish(
+                        subject,
+                        PublishMessage::build()
+                            .payload(body.to_vec().into())
+                            .message_id(key),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok((ack.sequence, ack.duplicate))
+            }
+            Publisher::Http { base, client } => {
+                let url = format!("{base}/v1/namespaces/{}/events", spec.namespace);
+                let response = client
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .header("idempotency-key", key)
+                    .body(body.to_vec())
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = response.status();
+                let answer = response.bytes().await.map_err(|e| e.to_string())?;
+                if status.as_u16() != 202 {
+                    return Err(format!("{status}: {}", String::from_utf8_lossy(&answer)));
+                }
+                let accepted: EventAccepted =
+                    serde_json::from_slice(&answer).map_err(|e| e.to_string())?;
+                let seq = event_sequence(&accepted.event_id)
+                    .ok_or_else(|| format!("not an event id: {}", accepted.event_id))?;
+                Ok((seq, accepted.duplicate))
+            }
+        }
+    }
+}
+
 /// Publishes the stream in the background, one event at a time at a steady rate (a
-/// stall — a fault — delays the rest rather than bursting it), each with `Nats-Msg-Id`
-/// `<namespace>-<n>` so a retried publish is stored once. `progress` counts events done
-/// (acknowledged or given up).
+/// stall — a fault — delays the rest rather than bursting it), each with a key
+/// (`<namespace>-<n>`) so a retried publish is stored once. `progress` counts events
+/// done (acknowledged or given up).
 pub fn publish_stream(
     js: jetstream::Context,
     spec: StreamSpec,
     progress: Arc<AtomicU64>,
 ) -> tokio::task::JoinHandle<Published> {
+    publish_stream_to(Publisher::Nats(js), spec, progress)
+}
+
+/// [`publish_stream`] through `publisher`.
+pub fn publish_stream_to(
+    publisher: Publisher,
+    spec: StreamSpec,
+    progress: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<Published> {
     tokio::spawn(async move {
         let mut out = Published::default();
-        let subject = event_subject(&spec.namespace, &spec.event_type);
         let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / spec.rate.max(0.1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let started = Instant::now();
@@ -95,29 +163,20 @@ pub fn publish_stream(
                 .expect("event JSON");
             let deadline = Instant::now() + EVENT_DEADLINE;
             loop {
-                let attempt = async {
-                    js.send_publish(
-                        subject.clone(),
-                        PublishMessage::build()
-                            .payload(body.clone().into())
-                            .message_id(format!("{}-{n}", spec.namespace)),
-                    )
-                    .await?
-                    .await
-                };
+                let attempt = publisher.publish(&spec, n, &body);
                 let error = match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
-                    Ok(Ok(ack)) => {
-                        out.duplicate_acks += u64::from(ack.duplicate);
+                    Ok(Ok((seq, duplicate))) => {
+                        out.duplicate_acks += u64::from(duplicate);
                         out.acked.insert(
                             n,
                             Accepted {
-                                seq: ack.sequence,
+                                seq,
                                 at: Instant::now(),
                             },
                         );
                         break;
                     }
-                    Ok(Err(e)) => e.to_string(),
+                    Ok(Err(e)) => e,
                     Err(_) => format!("no ack within {ATTEMPT_TIMEOUT:?}"),
                 };
                 out.failed_attempts += 1;

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use super::support::{ApiProcess, token};
-use herald_api::store::event_sequence;
+use herald_core::dataplane::event_sequence;
 use herald_core::dataplane::idempotency::{Claim, entry_key};
 use herald_core::dataplane::{
     EVENTS_STREAM, IDEMPOTENCY_BUCKET, event_subject, parse_event_subject,
