@@ -18,7 +18,9 @@ pub struct Config {
     #[command(flatten)]
     pub nats: NatsArgs,
 
-    /// Number of dispatcher shards endpoints are spread over. Changing it reshards.
+    /// Number of dispatcher shards endpoints are spread over; the same in the dispatchers.
+    /// Fixed at install: the first start records it in NATS, and a later start with
+    /// another count is refused (every endpoint's queue is keyed by its shard).
     #[arg(long, env = "HERALD_SHARDS", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub shards: u32,
 
