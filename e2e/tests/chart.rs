@@ -9,9 +9,10 @@
 //! not Helm), so installs use `crds.install=false`; the CRD templates themselves are
 //! checked by rendering and by a server-side dry run.
 //!
-//! By concern: what the chart renders and refuses ([`render`]), a release's life
-//! ([`lifecycle`]), its RBAC with the real operator ([`rbac`]) and its monitoring
-//! ([`monitoring`]); the release scaffolding they share is here.
+//! By concern: what the chart renders and refuses ([`render`]), the settings platform
+//! teams give each component's pods ([`pod_settings`]), a release's life and its fixed
+//! shard count ([`lifecycle`]), its RBAC with the real operator ([`rbac`]) and its
+//! monitoring ([`monitoring`]); the release scaffolding they share is here.
 
 use std::time::Duration;
 
@@ -31,6 +32,8 @@ use tokio::sync::oneshot;
 mod lifecycle;
 #[path = "chart/monitoring.rs"]
 mod monitoring;
+#[path = "chart/pod_settings.rs"]
+mod pod_settings;
 #[path = "chart/rbac.rs"]
 mod rbac;
 #[path = "chart/render.rs"]

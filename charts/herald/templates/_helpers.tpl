@@ -162,3 +162,66 @@ deprecated operator.watchNamespace); empty: every namespace. */}}
     secretName: {{ . }}
 {{- end }}
 {{- end }}
+
+{{/* What a platform team adds to one component's pods, from that component's values:
+(dict "root" $ "values" .Values.<component> "component" "<component>").
+"herald.podLabels" gives the pod template's labels: the component's `podLabels`, and the
+chart's own, which win (the Deployment's or StatefulSet's selector must keep matching).
+"herald.scheduling" gives the pod spec's priorityClassName, nodeSelector, tolerations,
+affinity and topologySpreadConstraints; a constraint without `labelSelector` counts the
+component's pods of this release. */}}
+{{- define "herald.podLabels" -}}
+{{- $own := include "herald.labels" .root | fromYaml }}
+{{- $_ := set $own "app.kubernetes.io/component" .component }}
+{{- toYaml (merge $own (deepCopy (.values.podLabels | default dict))) }}
+{{- end }}
+
+{{- define "herald.scheduling" -}}
+{{- $values := .values }}
+{{- with $values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with $values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.topologySpreadConstraints }}
+{{- $selector := include (printf "herald.%s.selectorLabels" $.component) $.root | fromYaml }}
+{{- $constraints := list }}
+{{- range . }}
+{{- $constraint := deepCopy . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+{{- $constraints = append $constraints $constraint }}
+{{- end }}
+topologySpreadConstraints:
+  {{- toYaml $constraints | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* A container's environment: the chart's own (`env`, a rendered YAML list), then the
+component's `extraEnv`, which may not repeat a name the chart sets (two entries of one
+name would leave which one counts to whoever applies the manifest):
+(dict "env" (include ...) "extra" .Values.<component>.extraEnv "what" "<component>"). */}}
+{{- define "herald.env" -}}
+{{- $names := list }}
+{{- range (.env | fromYamlArray) }}{{ $names = append $names .name }}{{ end }}
+{{- range .extra }}
+{{- if has .name $names }}
+{{- fail (printf "%s.extraEnv: %s is set by the chart; use the chart's value for it (see values.yaml) or remove it from extraEnv" $.what .name) }}
+{{- end }}
+{{- end }}
+{{- .env | trim }}
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

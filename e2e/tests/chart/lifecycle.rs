@@ -38,6 +38,8 @@ async fn install_upgrade_uninstall() {
             "ServiceAccount",
             "ServiceAccount",
             "StatefulSet",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     );
     let present = existing(&manifest, &ctx.namespace);
@@ -163,5 +165,124 @@ async fn install_upgrade_uninstall() {
     let mut cmd = env().kubectl();
     cmd.args(["get", "crd", "webhookendpoints.herald.dev", "-o", "name"]);
     ok(cmd, None);
+    ctx.cleanup().await;
+}
+
+/// `kubectl apply -f -` of `manifest` in `namespace` (`--dry-run=server` when `dry`).
+fn kubectl_apply(manifest: &str, namespace: &str, dry: bool) -> std::process::Output {
+    let mut cmd = env().kubectl();
+    cmd.args(["apply", "-n", namespace, "-f", "-"]);
+    if dry {
+        cmd.arg("--dry-run=server");
+    }
+    output(cmd, Some(manifest))
+}
+
+/// Where the chart is rendered without the cluster (`helm template` piped to kubectl, as
+/// Argo CD applies it) `lookup` finds nothing and Helm's own check cannot see the running
+/// count; the API server refuses the change instead (`shardGuard`), with the same
+/// message, and the workloads keep the count they run. An update that keeps the count
+/// goes through, and `shardGuard.enabled=false` renders no policy.
+#[tokio::test]
+async fn shard_count_change_is_refused_without_lookup() {
+    let ctx = TestContext::new("chart-guard").await;
+    let name = unique_name("guard");
+    let render = |set: &[&str]| {
+        let mut all = vec!["crds.install=false", "nats.url=nats://nats.invalid:4222"];
+        all.extend_from_slice(set);
+        template(&name, &ctx.namespace, &all)
+    };
+    let installed = render(&["shards=8"]);
+    let out = kubectl_apply(&installed, &ctx.namespace, false);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // `helm template` renders the change: no lookup, no refusal from the chart.
+    let changed = render(&["shards=16"]);
+    // The API server enforces a new policy once it has loaded it: a dry run goes through
+    // admission, so it shows when.
+    let why = eventually("the API server refuses the changed count", WAIT, || async {
+        let out = kubectl_apply(&changed, &ctx.namespace, true);
+        (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+    .await;
+    assert!(why.contains("shards cannot change after install"), "{why}");
+
+    let refused = kubectl_apply(&changed, &ctx.namespace, false);
+    assert!(
+        !refused.status.success(),
+        "a shard count change was applied"
+    );
+    let why = String::from_utf8_lossy(&refused.stderr);
+    println!("kubectl apply refused: {why}");
+    for object in [
+        format!("statefulsets.apps \"{name}-herald-dispatcher\""),
+        format!("deployments.apps \"{name}-herald-operator\""),
+    ] {
+        assert!(why.contains(&object), "{object} not refused: {why}");
+    }
+    assert!(
+        why.contains("this release runs 8 shards and the update asks for 16")
+            && why.contains("set shards=8"),
+        "{why}"
+    );
+    let dispatcher = ctx
+        .api::<StatefulSet>()
+        .get(&format!("{name}-herald-dispatcher"))
+        .await
+        .expect("dispatcher");
+    let operator = ctx
+        .api::<Deployment>()
+        .get(&format!("{name}-herald-operator"))
+        .await
+        .expect("operator");
+    for env in [
+        container_env(dispatcher.spec.template.spec.as_ref()),
+        container_env(operator.spec.template.spec.as_ref()),
+    ] {
+        assert_eq!(env_value(&env, "HERALD_SHARDS").as_deref(), Some("8"));
+    }
+
+    // Another change that keeps the count is applied as usual.
+    let out = kubectl_apply(
+        &render(&["shards=8", "dispatcher.replicas=3"]),
+        &ctx.namespace,
+        false,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dispatcher = ctx
+        .api::<StatefulSet>()
+        .get(&format!("{name}-herald-dispatcher"))
+        .await
+        .expect("dispatcher");
+    assert_eq!(dispatcher.spec.replicas, Some(3));
+
+    let unguarded = documents(&render(&["shards=8", "shardGuard.enabled=false"]));
+    assert!(
+        !unguarded.iter().any(|d| d["kind"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("ValidatingAdmission")),
+        "shardGuard.enabled=false still renders the policy"
+    );
+
+    // The cluster-scoped objects (the policy, the ClusterRoles) go with the test.
+    let mut cmd = env().kubectl();
+    cmd.args([
+        "delete",
+        "--ignore-not-found",
+        "-n",
+        &ctx.namespace,
+        "-f",
+        "-",
+    ]);
+    ok(cmd, Some(&installed));
     ctx.cleanup().await;
 }
