@@ -46,7 +46,7 @@ pub struct Cli {
     #[command(flatten)]
     pub kube: KubeArgs,
     /// Herald's HTTP API, e.g. http://127.0.0.1:8080 after
-    /// `kubectl port-forward -n herald svc/herald-api 8080:8080`.
+    /// `kubectl port-forward -n herald-system svc/herald-api 8080:8080`.
     #[arg(long, env = "HERALD_API_URL", global = true, value_name = "URL")]
     pub api_url: Option<String>,
     /// A bearer token for Herald's API instead of the kubeconfig identity's.

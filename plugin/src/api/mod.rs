@@ -33,7 +33,7 @@ pub enum Token {
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error(
-        "Herald's API address is not set: pass --api-url or set HERALD_API_URL (for example `kubectl port-forward -n herald svc/herald-api 8080:8080` and --api-url http://127.0.0.1:8080)"
+        "Herald's API address is not set: pass --api-url or set HERALD_API_URL (for example `kubectl port-forward -n herald-system svc/herald-api 8080:8080` and --api-url http://127.0.0.1:8080)"
     )]
     NoUrl,
     #[error("--api-url {0:?} is not an http(s) URL")]
