@@ -783,8 +783,9 @@ impl Soak {
         }
         let peak = self.peaks.values().max().copied().unwrap_or_default() / 1024;
         let line = format!(
-            "| {} | {:.0} s | {steps} | {} | {} | {} MiB | {} |\n",
+            "| {}{} | {:.0} s | {steps} | {} | {} | {} MiB | {} |\n",
             self.seed,
+            if self.control.is_some() { " (control plane)" } else { "" },
             length().as_secs_f64(),
             published.acked.len(),
             self.disruptions.len(),
