@@ -785,7 +785,11 @@ impl Soak {
         let line = format!(
             "| {}{} | {:.0} s | {steps} | {} | {} | {} MiB | {} |\n",
             self.seed,
-            if self.control.is_some() { " (control plane)" } else { "" },
+            if self.control.is_some() {
+                " (control plane)"
+            } else {
+                ""
+            },
             length().as_secs_f64(),
             published.acked.len(),
             self.disruptions.len(),

@@ -12,6 +12,7 @@ use herald_core::dataplane::{
     DELIVERIES_STREAM, EndpointConfig, LeaseKey, SHARDS_BUCKET, event_subject, partition_of,
 };
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, TEST_SHARDS, endpoint};
+use herald_e2e::faults::cpu_time;
 use herald_e2e::receiver::{Behavior, Receiver};
 use herald_e2e::{eventually, fault_lock, private_env, stop};
 use serde_json::json;
@@ -362,6 +363,63 @@ async fn a_shard_that_cannot_run_gives_its_lease_up_and_recovers() {
     })
     .await;
     assert_eq!(held_leases(&dp).await.map(|l| l.len()), Some(4));
+    stop(child).await;
+}
+
+/// A replica whose shard leases are taken by another writer (its renewals fail, as
+/// behind a partition from the bucket's leader) gives the shards up and stops their
+/// loops — it does not keep dispatching without a lease, spinning on a stop signal whose
+/// sender is gone — and takes them again once the taken entries expire, delivering what
+/// was accepted meanwhile. (The lease loop aborts a lost shard's task and the shard
+/// loop also ends on a dropped stop sender; either alone keeps this test green.)
+#[tokio::test]
+async fn a_replica_whose_leases_are_taken_stops_those_shards_without_spinning() {
+    let _faults = fault_lock().await;
+    let dp = DataPlane::new(private_env().nats().await).await;
+    let rx = Receiver::start().await;
+    let ns = herald_e2e::unique_name("taken");
+    dp.put_keys(&ns, "signing", &[TEST_SECRET]).await;
+    dp.put_endpoint(&endpoint(&ns, "hook", json!({"url": rx.url("hook")})))
+        .await;
+    let child = spawn_dispatcher("taken");
+    let pid = child.id();
+    let within = Duration::from_secs(60);
+    dp.publish(&ns, "a", json!(0)).await;
+    eventually("the first event delivered", within, || {
+        let n = rx.received("hook").len();
+        async move { (n >= 1).then_some(()) }
+    })
+    .await;
+
+    let shards = dp
+        .js
+        .get_key_value(SHARDS_BUCKET)
+        .await
+        .expect("herald-shards");
+    for shard in 0..TEST_SHARDS {
+        shards
+            .put(LeaseKey::Shard(shard).to_string(), "thief".into())
+            .await
+            .expect("taking a lease");
+    }
+    // The replica notices at its next renewal (every 2 s) and stops the shards.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = cpu_time(pid).expect("the replica's CPU time");
+    let watched = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let used = cpu_time(pid).expect("the replica's CPU time") - before;
+    let share = used.as_secs_f64() / watched.elapsed().as_secs_f64();
+    println!("without its leases the replica used {used:?} of CPU in 5 s ({share:.2} of a core)");
+    assert!(
+        share < 0.5,
+        "the replica used {share:.2} of a core without its leases: a loop spinning"
+    );
+    dp.publish(&ns, "a", json!(1)).await;
+    eventually("the event accepted meanwhile delivered", within, || {
+        let got = received_data(&rx, "hook");
+        async move { got.contains(&1).then_some(()) }
+    })
+    .await;
     stop(child).await;
 }
 
