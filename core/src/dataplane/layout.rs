@@ -141,6 +141,20 @@ pub const MIN_SERVER_VERSION: (u64, u64) = (2, 12);
 /// attempt, schedule target) on top of the event itself.
 pub const LANE_HEADER_ROOM: usize = 1024;
 
+/// The largest message Herald writes to (or accepts into) stream `name` when events may
+/// be `max_event_bytes` large (headers included): a stream whose `max_msg_size` is below
+/// it refuses some of them. The event store takes events as producers send them, a lane
+/// and a dead letter carry a whole event with Herald's headers, the attempt log its
+/// batches. `None` for a stream that is not Herald's.
+pub fn largest_message(name: &str, max_event_bytes: usize) -> Option<usize> {
+    match name {
+        EVENTS_STREAM => Some(max_event_bytes),
+        DELIVERIES_STREAM | DEADLETTER_STREAM => Some(max_event_bytes + LANE_HEADER_ROOM),
+        ATTEMPTS_STREAM => Some(super::attempt_log::MAX_BATCH_BYTES),
+        _ => None,
+    }
+}
+
 /// Whether a server that announced `version` and `max_payload` can carry Herald, whose
 /// largest message is `largest_message` bytes. Pure, so each refusal is tested; the
 /// messages say what is wrong and what to do, for a pod's log and termination message.
@@ -179,9 +193,18 @@ pub async fn check_server(
     js: &jetstream::Context,
     largest_message: usize,
 ) -> Result<(), LayoutError> {
+    check_jetstream(js).await?;
+    let info = js.client().server_info();
+    check_server_info(&info.version, info.max_payload, largest_message)
+}
+
+/// Whether JetStream answers for this account: [`LayoutError::NoJetStream`] when the
+/// server or the account has it off, [`LayoutError::Server`] when the question itself
+/// failed. Waits for the connection (the first JetStream request does).
+pub async fn check_jetstream(js: &jetstream::Context) -> Result<(), LayoutError> {
     use async_nats::jetstream::context::AccountErrorKind;
     match js.query_account().await {
-        Ok(_) => {}
+        Ok(_) => Ok(()),
         Err(error) => {
             let disabled = match error.kind() {
                 AccountErrorKind::JetStreamUnavailable => true,
@@ -191,15 +214,13 @@ pub async fn check_server(
                 ),
                 _ => false,
             };
-            return Err(if disabled {
+            Err(if disabled {
                 LayoutError::NoJetStream
             } else {
                 LayoutError::Server(error.into())
-            });
+            })
         }
     }
-    let info = js.client().server_info();
-    check_server_info(&info.version, info.max_payload, largest_message)
 }
 
 impl LayoutError {
@@ -514,6 +535,19 @@ mod tests {
             error.contains("max_payload is 65536 bytes but Herald needs 263168"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn every_stream_has_a_largest_message() {
+        let max = 1000;
+        for spec in streams(DEFAULT_RETENTION, 4) {
+            assert!(largest_message(spec.name, max).is_some(), "{}", spec.name);
+        }
+        assert_eq!(largest_message(EVENTS_STREAM, max), Some(1000));
+        assert_eq!(largest_message(DELIVERIES_STREAM, max), Some(2024));
+        assert_eq!(largest_message(DEADLETTER_STREAM, max), Some(2024));
+        assert_eq!(largest_message(ATTEMPTS_STREAM, max), Some(256 * 1024));
+        assert_eq!(largest_message("KV_herald-config", max), None);
     }
 
     #[test]
