@@ -7,6 +7,8 @@
 //! - [`replay`], [`rotate`], [`endpoints`]: Herald's resources, through the Kubernetes
 //!   API ([`context`]);
 //! - [`verify`]: a Standard Webhooks signature checked locally, no cluster needed;
+//! - [`doctor`]: the installation checked, a line per part (CRDs, operator, NATS, shards,
+//!   streams, HTTP API), for the platform team;
 //! - [`table`], [`time`]: kubectl-like output and time flags.
 //!
 //! `main.rs` only parses the flags and calls [`run`].
@@ -16,6 +18,7 @@
 pub mod api;
 pub mod context;
 pub mod deliveries;
+pub mod doctor;
 pub mod endpoints;
 pub mod replay;
 pub mod rotate;
@@ -120,6 +123,9 @@ pub enum Command {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Check the installation: CRDs, operator leadership, NATS, shards, streams and
+    /// Herald's API, one line each (exit status 1 when any check fails).
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Everything that ends a command with an error message and exit status 1.
@@ -142,7 +148,7 @@ pub enum Error {
 }
 
 /// The API server's own message for a refused request (what kubectl shows).
-fn kube_message(e: &kube::Error) -> String {
+pub(crate) fn kube_message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(status) => format!(
             "{} (HTTP {}, {})",
@@ -196,6 +202,15 @@ pub async fn run(cli: Cli) -> Result<bool, Error> {
             endpoints::run(context.client()?, &context.namespace, output).await?;
             Ok(true)
         }
+        Command::Doctor(args) => {
+            // A missing or unusable kubeconfig fails the Kubernetes checks, not the run:
+            // the NATS and API checks still say what they see.
+            let client = match Context::load(&kube).await {
+                Ok(context) => context.client().map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            doctor::run(&args, client, api_url.as_deref()).await
+        }
         command => {
             // With --token and -n the kubeconfig is not needed at all (a CI job, a pod).
             let (context, namespace) = match (&token, &kube.namespace) {
@@ -237,7 +252,8 @@ pub async fn run(cli: Cli) -> Result<bool, Error> {
                 Command::Verify(_)
                 | Command::Replay(_)
                 | Command::Rotate(_)
-                | Command::Endpoints { .. } => {
+                | Command::Endpoints { .. }
+                | Command::Doctor(_) => {
                     unreachable!("handled above")
                 }
             }
