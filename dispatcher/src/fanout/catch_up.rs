@@ -29,6 +29,7 @@ impl FanOut {
             None => self.catch_up(consumer, seq, tx, stop).await?,
             Some(next) if seq > next => {
                 tracing::warn!(
+                    source = ?self.source,
                     from = next,
                     to = seq - 1,
                     "events lost on the way to fan-out; re-publishing them first"
@@ -59,6 +60,8 @@ impl FanOut {
             return Ok(());
         }
         tracing::info!(
+            source = ?self.source,
+            first,
             from,
             to,
             "re-publishing events a previous fan-out worker left unacknowledged"

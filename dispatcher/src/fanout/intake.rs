@@ -47,12 +47,18 @@ impl FanOut {
             None => Ok(true),
             Some(next) if seq > next => {
                 let lost = self.lost_before(next, seq, stop).await?;
+                tracing::debug!(source = ?self.source, seq, expected = next, lost, "a message beyond the expected sequence");
                 if !lost {
                     intake.expected = Some(seq);
                 }
                 Ok(lost)
             }
-            Some(_) => Ok(false),
+            Some(next) => {
+                if seq < next {
+                    tracing::debug!(source = ?self.source, seq, expected = next, delivered = info.delivered, "a message below the expected sequence");
+                }
+                Ok(false)
+            }
         }
     }
 

@@ -252,6 +252,7 @@ impl FanOut {
                 intake.everything = None;
             }
         };
+        tracing::info!(source = ?self.source, expected = ?intake.expected, ?result, "fan-out worker stopped");
         drop(tx);
         let _ = acker.await;
         drop(lag);

@@ -29,6 +29,15 @@ pub enum Source {
 }
 
 impl Source {
+    /// The worker that fans out an event stored under `subject`.
+    pub fn of_subject(subject: &str) -> Self {
+        subject
+            .strip_prefix(dataplane::STORED_PREFIX)
+            .and_then(|rest| rest.strip_prefix('.')?.split_once('.'))
+            .and_then(|(partition, _)| partition.parse().ok())
+            .map_or(Self::Unpartitioned, Self::Partition)
+    }
+
     /// The durable consumer's name.
     pub fn consumer(self) -> String {
         match self {
@@ -166,5 +175,18 @@ impl FanOut {
                 _ = stop.wait_for(|s| *s) => return Err("stopped".into()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_is_fanned_out_by_its_partitions_worker() {
+        let stored = format!("{}.3.shop.order.created", dataplane::STORED_PREFIX);
+        assert_eq!(Source::of_subject(&stored), Source::Partition(3));
+        let unpartitioned = dataplane::event_subject("shop", "order.created");
+        assert_eq!(Source::of_subject(&unpartitioned), Source::Unpartitioned);
     }
 }

@@ -5,6 +5,7 @@
 //! write, and their repeated publishes are dropped by `Nats-Msg-Id`.
 
 use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::context::PublishAckFuture;
 use futures::StreamExt;
 use herald_core::dataplane::{
@@ -48,6 +49,7 @@ impl Replay<'_> {
         let mut remaining = consumer.info().await?.num_pending;
         let mut messages = consumer.messages().await?;
         let mut unacked = Unacked::default();
+        let mut fanned_out = FannedOut::default();
         let mut last_write = tokio::time::Instant::now();
         while remaining > 0 {
             let Some(message) = messages.next().await else {
@@ -77,6 +79,11 @@ impl Replay<'_> {
                 );
                 if let Ok(event) = event {
                     progress.matched += 1;
+                    if !request.dry_run && self.endpoint.config.ordered {
+                        fanned_out
+                            .wait_past(self, message.subject.as_str(), info.stream_sequence)
+                            .await?;
+                    }
                     if !request.dry_run {
                         unacked.push(self.enqueue(&id, published_ms, event.body).await?);
                     }
@@ -143,6 +150,46 @@ impl Replay<'_> {
             newest.add_batch(info.stream_sequence, attempt_log::decode(&message.payload));
         }
         Ok(newest)
+    }
+}
+
+/// How far fan-out has gone, as far as an ordered endpoint's replay has looked: its copy
+/// of an event is enqueued only once the event's fresh copy is stored (the fan-out
+/// consumer's ack floor has passed it), so it lands on the lanes after it, and the shard
+/// sends it after every fresh item stored before it (`Lanes::next_ready`). Without this
+/// a replay requested while fan-out catches up (after a failover) would send events the
+/// fresh lane has not reached yet, ahead of older ones.
+#[derive(Default)]
+struct FannedOut {
+    /// Ack floor seen per fan-out consumer.
+    floors: std::collections::HashMap<String, u64>,
+}
+
+/// How often a replay waiting for fan-out looks again.
+const FANOUT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+impl FannedOut {
+    async fn wait_past(
+        &mut self,
+        replay: &Replay<'_>,
+        subject: &str,
+        seq: u64,
+    ) -> Result<(), async_nats::Error> {
+        let consumer = crate::fanout::Source::of_subject(subject).consumer();
+        let floor = self.floors.entry(consumer.clone()).or_default();
+        while *floor < seq {
+            let info = match replay.shared.layout.events.consumer_info(&consumer).await {
+                Ok(info) => info,
+                // No worker has ever fanned this source out: nothing to come after.
+                Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            *floor = info.ack_floor.stream_sequence;
+            if *floor < seq {
+                tokio::time::sleep(FANOUT_POLL).await;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -313,7 +313,11 @@ impl Lanes {
     /// keys) across both lanes: a replay, a redelivery, a redrive, a test event or a
     /// retry scheduled before the endpoint became ordered waits like a fresh event for
     /// what is in flight of its key, and keeps its own schedule (`not_before`). Its fresh
-    /// events go first; an item of the retry lane goes when no fresh item can.
+    /// events go first; an item of the retry lane goes when no fresh item can. An item
+    /// enqueued on the retry lane (not a fired retry) also waits for every fresh item
+    /// stored before it: a replay is enqueued only once fan-out has passed its events
+    /// (`replay::scan`), so a replayed event reaches the receiver after its own fresh
+    /// delivery and every older one — never ahead of events still in the fresh lane.
     pub fn next_ready(&self, ordered: bool, now: Instant) -> Result<Lane, Option<Instant>> {
         if ordered {
             let fresh = self.next_ordered(Lane::New, now);
@@ -344,9 +348,15 @@ impl Lanes {
     fn next_ordered(&self, lane: Lane, now: Instant) -> Result<usize, Option<Instant>> {
         let mut blocked: Vec<u64> = self.keys_in_flight.iter().map(|(_, k)| *k).collect();
         let mut wait: Option<Instant> = None;
+        let fresh = self.fresh_pending_from();
         for (i, item) in self.queues[index(lane)].buf.iter().enumerate() {
             let key = item.ordering_key.unwrap_or(0);
             if blocked.contains(&key) {
+                continue;
+            }
+            if lane == Lane::Retry && !item.fired_retry() && fresh.is_some_and(|f| f < item.seq) {
+                // Fresh items stored before it go first (it moves when they are done).
+                blocked.push(key);
                 continue;
             }
             match item.not_before {
@@ -358,6 +368,16 @@ impl Lanes {
             }
         }
         Err(wait)
+    }
+
+    /// The lowest sequence the fresh lane still has to start: its first buffered item or
+    /// the first of its backlog in JetStream.
+    fn fresh_pending_from(&self) -> Option<u64> {
+        let fresh = &self.queues[index(Lane::New)];
+        match (fresh.buf.front().map(|i| i.seq), fresh.overflow_from) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Takes the next item of `lane` for an attempt and marks it in flight.

@@ -208,6 +208,66 @@ fn an_ordered_endpoint_holds_one_in_flight_across_both_lanes_and_keeps_schedules
     assert_eq!(lanes.take(Lane::New, true, now).unwrap().seq, 3);
 }
 
+/// On an ordered endpoint an item enqueued on the retry lane (a replay, a redelivery)
+/// never goes ahead of a fresh item stored before it, even of another key: a replayed
+/// event the fresh lane has not delivered yet would otherwise reach the receiver first,
+/// ahead of older events (found by the chaos soak: a replay requested while fan-out was
+/// catching up after a failover sent 1,110 events out of publish order). Older ones and
+/// fired retries go as before.
+#[test]
+fn an_ordered_endpoints_replay_waits_for_fresh_items_stored_before_it() {
+    let now = Instant::now();
+    let keyed = |seq: u64, key: u64, lane: Lane| Item {
+        ordering_key: Some(key),
+        lane,
+        ..item(seq)
+    };
+    let mut lanes = Lanes::default();
+    lanes.queue(Lane::New).offer(keyed(10, 1, Lane::New), 8);
+    lanes.queue(Lane::New).offer(keyed(11, 1, Lane::New), 8);
+    lanes.queue(Lane::Retry).offer(keyed(12, 2, Lane::Retry), 8);
+    let first = lanes.take(Lane::New, true, now).unwrap();
+    assert_eq!(first.seq, 10);
+    assert_eq!(
+        lanes.next_ready(true, now),
+        Err(None),
+        "fresh 11 waits for key 1; the replay of key 2 waits for fresh 11"
+    );
+    lanes.finished(&first);
+    assert_eq!(lanes.take(Lane::New, true, now).unwrap().seq, 11);
+    assert_eq!(
+        lanes.next_ready(true, now),
+        Ok(Lane::Retry),
+        "nothing fresh is older: the replay goes beside key 1's event"
+    );
+
+    // An older replay item, and a fired retry, do not wait for newer fresh items.
+    let mut lanes = Lanes::default();
+    lanes.queue(Lane::Retry).offer(keyed(5, 2, Lane::Retry), 8);
+    lanes.queue(Lane::New).offer(keyed(6, 1, Lane::New), 8);
+    lanes.queue(Lane::New).offer(keyed(7, 1, Lane::New), 8);
+    let fresh = lanes.take(Lane::New, true, now).unwrap();
+    assert_eq!(lanes.next_ready(true, now), Ok(Lane::Retry));
+    assert_eq!(lanes.take(Lane::Retry, true, now).unwrap().seq, 5);
+    let mut retry = keyed(8, 3, Lane::Retry);
+    retry.attempt = 2;
+    lanes.queue(Lane::Retry).offer(retry, 8);
+    assert_eq!(lanes.take(Lane::Retry, true, now).unwrap().seq, 8);
+    lanes.finished(&fresh);
+
+    // A fresh backlog still in JetStream counts too.
+    let mut lanes = Lanes::default();
+    lanes.queue(Lane::New).offer(keyed(20, 1, Lane::New), 1);
+    lanes.queue(Lane::New).offer(keyed(21, 1, Lane::New), 1);
+    lanes.queue(Lane::Retry).offer(keyed(22, 2, Lane::Retry), 8);
+    let head = lanes.take(Lane::New, true, now).unwrap();
+    assert!(
+        lanes.take(Lane::Retry, true, now).is_none(),
+        "21 waits in JetStream"
+    );
+    lanes.finished(&head);
+}
+
 /// What a lane buffers is counted in bytes as items come and go, and a lane that sheds
 /// gives its newest items back to JetStream: nothing is forgotten, and a refill reads
 /// them back in order.
