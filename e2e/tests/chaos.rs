@@ -658,6 +658,12 @@ impl Soak {
                 waited.elapsed()
             ));
         }
+        // An ordered endpoint's replay goes after its fresh backlog: wait for it too.
+        while !self.replays_missing(&published).is_empty()
+            && waited.elapsed() < Duration::from_secs(180)
+        {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         // A moment for late requests (into pauses, after deletions, duplicates).
         tokio::time::sleep(GRACE).await;
         self.sample_memory();
@@ -720,43 +726,7 @@ impl Soak {
                 ));
             }
         }
-        // A replay neither deleted nor cut short by its endpoint's deletion sent every
-        // event of its range again (events within 200 ms of its bounds are not judged:
-        // the range is in the server's clock, acknowledgements in this process's).
-        for r in self.replays.iter().filter(|r| !r.deleted) {
-            let ep = &self.eps[&r.role];
-            if r.life + 1 != ep.lives.len() || ep.lives[r.life].deleted.is_some() {
-                continue;
-            }
-            let path = &ep.lives[r.life].path;
-            let owed = ep.lives[r.life].owed(&published);
-            let margin = Duration::from_millis(200);
-            let mut requests: BTreeMap<i64, usize> = BTreeMap::new();
-            for x in self.rx.exchanges(path) {
-                if let Some(d) = x.data {
-                    *requests.entry(d).or_default() += 1;
-                }
-            }
-            let missed: Vec<u64> = published
-                .acked
-                .iter()
-                .filter(|(_, a)| a.at > r.acked.0 + margin && a.at + margin < r.acked.1)
-                .map(|(n, _)| *n)
-                .filter(|n| {
-                    // Once by the replay, and once before if the life owed it.
-                    let due = 1 + usize::from(owed.acked.contains_key(n));
-                    requests.get(&(*n as i64)).copied().unwrap_or(0) < due
-                })
-                .collect();
-            if !missed.is_empty() {
-                violations.push(format!(
-                    "/{path}: replay r{} did not send {} events again, first {:?}",
-                    r.n,
-                    missed.len(),
-                    &missed[..missed.len().min(10)]
-                ));
-            }
-        }
+        violations.extend(self.replays_missing(&published));
         for letter in self.dead_letters().await {
             violations.push(format!("dead-lettered: {letter}"));
         }
@@ -811,6 +781,49 @@ impl Soak {
             .open(&report)
         {
             let _ = file.write_all(line.as_bytes());
+        }
+        violations
+    }
+
+    /// Replays neither deleted nor cut short by their endpoint's deletion that have not
+    /// sent every event of their range again (events within 200 ms of its bounds are
+    /// not judged: the range is in the server's clock, acknowledgements in this
+    /// process's).
+    fn replays_missing(&self, published: &Published) -> Vec<String> {
+        let mut violations = Vec::new();
+        for r in self.replays.iter().filter(|r| !r.deleted) {
+            let ep = &self.eps[&r.role];
+            if r.life + 1 != ep.lives.len() || ep.lives[r.life].deleted.is_some() {
+                continue;
+            }
+            let path = &ep.lives[r.life].path;
+            let owed = ep.lives[r.life].owed(published);
+            let margin = Duration::from_millis(200);
+            let mut requests: BTreeMap<i64, usize> = BTreeMap::new();
+            for x in self.rx.exchanges(path) {
+                if let Some(d) = x.data {
+                    *requests.entry(d).or_default() += 1;
+                }
+            }
+            let missed: Vec<u64> = published
+                .acked
+                .iter()
+                .filter(|(_, a)| a.at > r.acked.0 + margin && a.at + margin < r.acked.1)
+                .map(|(n, _)| *n)
+                .filter(|n| {
+                    // Once by the replay, and once before if the life owed it.
+                    let due = 1 + usize::from(owed.acked.contains_key(n));
+                    requests.get(&(*n as i64)).copied().unwrap_or(0) < due
+                })
+                .collect();
+            if !missed.is_empty() {
+                violations.push(format!(
+                    "/{path}: replay r{} did not send {} events again, first {:?}",
+                    r.n,
+                    missed.len(),
+                    &missed[..missed.len().min(10)]
+                ));
+            }
         }
         violations
     }

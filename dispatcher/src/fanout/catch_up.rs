@@ -8,11 +8,14 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, pull};
 use async_nats::jetstream::stream::RawMessageErrorKind;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
-use super::{FanOut, Pending, Stored};
+use super::{FanOut, LaneAck, Stored};
 use crate::supervise::Backoff;
 use herald_core::envelope::HeaderSize;
+
+/// Re-published events whose lane publishes are awaited at a time.
+const CATCH_UP_WINDOW: usize = 256;
 
 impl FanOut {
     /// Before the message `seq` is fanned out: the catch-up of a new worker (`expected`
@@ -22,11 +25,18 @@ impl FanOut {
         consumer: &consumer::Consumer<pull::Config>,
         seq: u64,
         expected: &mut Option<u64>,
-        tx: &mpsc::Sender<Pending>,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), async_nats::Error> {
         match *expected {
-            None => self.catch_up(consumer, seq, tx, stop).await?,
+            None => {
+                // Everything the consumer had handed out is re-published now: the next
+                // message to expect is beyond it, even when this first one is a
+                // redelivery from further back (else the next new message would look
+                // like a gap and the same range would be re-published again).
+                let covered = self.catch_up(consumer, seq, stop).await?;
+                *expected = Some((seq + 1).max(covered + 1));
+                return Ok(());
+            }
             Some(next) if seq > next => {
                 tracing::warn!(
                     source = ?self.source,
@@ -34,7 +44,7 @@ impl FanOut {
                     to = seq - 1,
                     "events lost on the way to fan-out; re-publishing them first"
                 );
-                self.catch_up_range(next, seq - 1, tx, stop).await?;
+                self.catch_up_range(next, seq - 1, stop).await?;
             }
             Some(_) => {}
         }
@@ -43,21 +53,20 @@ impl FanOut {
     }
 
     /// Re-publishes, in order, the events below `first` that were delivered to a
-    /// previous worker and never acknowledged.
+    /// previous worker and never acknowledged; the last sequence it covered (0: none).
     pub(super) async fn catch_up(
         &self,
         consumer: &consumer::Consumer<pull::Config>,
         first: u64,
-        tx: &mpsc::Sender<Pending>,
         stop: &mut watch::Receiver<bool>,
-    ) -> Result<(), async_nats::Error> {
+    ) -> Result<u64, async_nats::Error> {
         let info = consumer.get_info().await?;
         let from = info.ack_floor.stream_sequence + 1;
         // Up to what the consumer handed out: the first message this worker got may be a
         // redelivery, with the predecessor's newer (unacknowledged) events above it.
         let to = info.delivered.stream_sequence.max(first.saturating_sub(1));
         if from > to {
-            return Ok(());
+            return Ok(0);
         }
         tracing::info!(
             source = ?self.source,
@@ -66,35 +75,79 @@ impl FanOut {
             to,
             "re-publishing events a previous fan-out worker left unacknowledged"
         );
-        self.catch_up_range(from, to, tx, stop).await
+        self.catch_up_range(from, to, stop).await?;
+        Ok(to)
     }
 
     /// Re-publishes, in order, the stored events `from..=to` of this worker's source
-    /// (those that still exist).
+    /// (those that still exist), each until its lane publishes are stored.
     pub(super) async fn catch_up_range(
         &self,
         from: u64,
         to: u64,
-        tx: &mpsc::Sender<Pending>,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), async_nats::Error> {
         let mut seq = from;
+        let mut window = Vec::new();
         while seq <= to {
             let Some(stored) = self.read_next(seq, stop).await? else {
-                return Ok(());
+                break;
             };
             if stored.seq > to {
-                return Ok(());
+                break;
             }
             seq = stored.seq + 1;
             let Some(pending) = self.fan_out_retrying(&stored, None, stop).await else {
                 return Ok(());
             };
-            tx.send(pending)
-                .await
-                .map_err(|_| "the fan-out acker stopped")?;
+            window.push((stored, pending.acks));
+            if window.len() >= CATCH_UP_WINDOW {
+                self.settle(&mut window, stop).await;
+            }
         }
+        self.settle(&mut window, stop).await;
         Ok(())
+    }
+
+    /// Waits for the lane publishes of `window`'s events and fans out again, in order,
+    /// each event one of whose publishes was not stored, until every one is (or `stop`).
+    /// A re-published event has no message of this worker's to nak: nothing else would
+    /// bring it back before the consumer's ack wait (30 s) — the tail of a failover's
+    /// latency. Publishes already stored are dropped as duplicates.
+    async fn settle(
+        &self,
+        window: &mut Vec<(Stored, Vec<LaneAck>)>,
+        stop: &mut watch::Receiver<bool>,
+    ) {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        while !window.is_empty() {
+            let outcomes =
+                futures::future::join_all(window.drain(..).map(|(stored, acks)| async {
+                    let results =
+                        futures::future::join_all(acks.into_iter().map(LaneAck::stored)).await;
+                    (stored, results.iter().all(Result::is_ok))
+                }))
+                .await;
+            let failed: Vec<Stored> = outcomes
+                .into_iter()
+                .filter(|(_, stored)| !stored)
+                .map(|(event, _)| event)
+                .collect();
+            if failed.is_empty() {
+                return;
+            }
+            tracing::warn!(source = ?self.source, events = failed.len(), "re-published events not stored; fanning them out again");
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.next_delay(fastrand::f64())) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            for stored in failed {
+                let Some(pending) = self.fan_out_retrying(&stored, None, stop).await else {
+                    return;
+                };
+                window.push((stored, pending.acks));
+            }
+        }
     }
 
     /// Whether an event of this worker's source is stored between `next` and `seq`

@@ -8,10 +8,10 @@ use std::ops::ControlFlow;
 use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::{self, pull};
 use herald_core::dataplane;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::turns::Turns;
-use super::{FanOut, Pending, Source, Stored};
+use super::{FanOut, Source, Stored};
 use crate::index::{Claim, Cover};
 
 /// Where a worker's intake stands.
@@ -71,7 +71,6 @@ impl FanOut {
         intake: &mut Intake,
         turns: &mut Turns<(Stored, Message)>,
         consumer: &consumer::Consumer<pull::Config>,
-        tx: &mpsc::Sender<Pending>,
         stop: &mut watch::Receiver<bool>,
     ) -> ControlFlow<Result<(), async_nats::Error>> {
         let Some(stored) = Stored::from_message(&message) else {
@@ -94,7 +93,7 @@ impl FanOut {
             return ControlFlow::Break(Err(error));
         }
         if let Err(error) = self
-            .fill_gaps(consumer, stored.seq, &mut intake.expected, tx, stop)
+            .fill_gaps(consumer, stored.seq, &mut intake.expected, stop)
             .await
         {
             return ControlFlow::Break(Err(error));

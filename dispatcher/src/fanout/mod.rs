@@ -194,7 +194,7 @@ impl FanOut {
                     }
                 }
                 ended = self
-                    .admit(message, &mut intake, &mut turns, &consumer, &tx, &mut stop)
+                    .admit(message, &mut intake, &mut turns, &consumer, &mut stop)
                     .await;
                 if ended.is_break() {
                     break;
@@ -219,7 +219,7 @@ impl FanOut {
                     },
                 };
                 if let ControlFlow::Break(result) = self
-                    .admit(message, &mut intake, &mut turns, &consumer, &tx, &mut stop)
+                    .admit(message, &mut intake, &mut turns, &consumer, &mut stop)
                     .await
                 {
                     break result;
