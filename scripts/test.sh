@@ -17,12 +17,12 @@ step "e2e tools (testenv, helm, helm-docs, crane, ocibuild, kubectl)"
 scripts/build-e2e.sh
 
 step "Python receiver dependency (examples/receivers/python)"
-# The e2e test of the Python receiver needs the standardwebhooks package; install it from
-# PyPI when missing. Without Python the test reports itself skipped.
+# The e2e tests of the Python receiver need the standardwebhooks and cryptography packages;
+# install them from PyPI when missing. Without Python the tests report themselves skipped.
 if command -v python3 >/dev/null 2>&1; then
-	python3 -c 'import standardwebhooks' 2>/dev/null ||
+	python3 -c 'import standardwebhooks, cryptography' 2>/dev/null ||
 		python3 -m pip install --quiet -r examples/receivers/python/requirements.txt ||
-		echo "could not install standardwebhooks; its test will report itself skipped" >&2
+		echo "could not install standardwebhooks and cryptography; their tests will report themselves skipped" >&2
 fi
 
 step "lint"

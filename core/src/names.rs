@@ -54,6 +54,10 @@ pub mod reason {
     pub const SECRET_NOT_READY: &str = "SecretNotReady";
     /// The operator has no RBAC rights on Secrets in the SigningSecret's namespace.
     pub const SECRET_FORBIDDEN: &str = "SecretForbidden";
+    /// A header's `valueFrom.secretKeyRef` names a Secret or key that does not exist.
+    pub const HEADER_SECRET_NOT_FOUND: &str = "HeaderSecretNotFound";
+    /// A header's value from a Secret cannot be sent (control characters, too long...).
+    pub const HEADER_SECRET_INVALID: &str = "HeaderSecretInvalid";
     pub const ENDPOINT_NOT_FOUND: &str = "EndpointNotFound";
     pub const PAUSED: &str = "Paused";
     pub const DELIVERING: &str = "Delivering";

@@ -357,6 +357,29 @@ impl TestEnv {
         Command::new(self.bin_dir.join("testenv"))
     }
 
+    /// `kubectl apply --server-side` of `manifest` in `namespace`; its output (stdout
+    /// dropped, stderr kept for the reason of a refusal).
+    pub fn kubectl_apply(
+        &self,
+        namespace: &str,
+        manifest: &serde_json::Value,
+    ) -> std::process::Output {
+        let mut child = self
+            .kubectl()
+            .args(["apply", "--server-side", "-n", namespace, "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl starts");
+        std::io::Write::write_all(
+            child.stdin.as_mut().expect("stdin is piped"),
+            manifest.to_string().as_bytes(),
+        )
+        .expect("kubectl reads the manifest");
+        child.wait_with_output().expect("kubectl ends")
+    }
+
     /// `kubectl` (from PATH, else the one `scripts/build-e2e.sh` built) pointed at the
     /// environment.
     pub fn kubectl(&self) -> Command {

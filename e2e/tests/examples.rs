@@ -193,12 +193,12 @@ async fn the_examples_apply_server_side_and_show_no_drift_once_reconciled() {
 /// `python3` with the `standardwebhooks` package, or why not.
 fn python_with_standardwebhooks() -> Result<(), String> {
     match Command::new("python3")
-        .args(["-c", "import standardwebhooks"])
+        .args(["-c", "import standardwebhooks, cryptography"])
         .output()
     {
         Err(e) => Err(format!("python3 is not available ({e})")),
         Ok(out) if !out.status.success() => Err(format!(
-            "the standardwebhooks package is not installed (pip install -r \
+            "the standardwebhooks or cryptography package is not installed (pip install -r \
              examples/receivers/python/requirements.txt): {}",
             stderr(&out).lines().last().unwrap_or_default()
         )),
@@ -284,6 +284,27 @@ print(outcome(r["body"].replace("o-1", "o-2"), r["headers"]))
 stale = dict(r["headers"], **{"webhook-timestamp": str(int(r["headers"]["webhook-timestamp"]) - 3600)})
 print(outcome(r["body"], stale))
 "#;
+    let out = python(check, &request.to_string());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, ["ok o-1", "rejected", "rejected"], "{out}");
+
+    // Ed25519 (`v1a`): Herald's signature, during a move from HMAC (both entries), checked
+    // by the receiver with only the public key — the cryptography package, OpenSSL's
+    // Ed25519, not Herald's code.
+    let (whsk, _) = herald_core::signing::generate_whsk().unwrap();
+    let ed25519 = SigningKey::parse(&whsk).unwrap();
+    let public = ed25519.public_key().unwrap().to_string();
+    let signature = sign(&[ed25519, keys[0].clone()], "msg_2", now, body.as_bytes());
+    assert!(signature.starts_with("v1a,"), "{signature}");
+    let request = serde_json::json!({
+        "secret": public,
+        "headers": {
+            "webhook-id": "msg_2",
+            "webhook-timestamp": now.to_string(),
+            "webhook-signature": signature,
+        },
+        "body": body,
+    });
     let out = python(check, &request.to_string());
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines, ["ok o-1", "rejected", "rejected"], "{out}");

@@ -2,15 +2,16 @@
 //! real API server, the operator and a dispatcher running, a producer publishing to NATS,
 //! a receiver verifying signatures with the generated key — and delivery going on while
 //! the Kubernetes API is unreachable, with status catching up afterwards; a key rotation
-//! signing with both keys; and no key material in any log line.
+//! signing with both keys; no key material in any log line; and a move to Ed25519
+//! signatures, verified with the public key alone.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herald_core::signing::{SigningKey, verify};
+use herald_core::signing::{SigningKey, VerifyingKey, verify};
 use herald_core::v1alpha1::{EndpointState, WebhookEndpoint};
 use herald_e2e::dataplane::{DataPlane, shared_dispatcher};
-use herald_e2e::receiver::Receiver;
+use herald_e2e::receiver::{Received, Receiver};
 use herald_e2e::{TestContext, eventually, fault_lock, private_env};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -60,6 +61,8 @@ fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
         "5s",
         "--lease-renew",
         "1s",
+        "--header-secret-refresh",
+        "1s",
     ]
     .map(str::to_owned);
     let (tx, mut rx) = oneshot::channel::<()>();
@@ -87,21 +90,41 @@ fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
 }
 
 fn apply(ctx: &TestContext, manifest: serde_json::Value) {
-    let mut child = private_env()
-        .kubectl()
-        .args(["apply", "--server-side", "-n", &ctx.namespace, "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(
-        child.stdin.as_mut().unwrap(),
-        serde_json::to_string(&manifest).unwrap().as_bytes(),
-    )
-    .unwrap();
-    assert!(child.wait().unwrap().success(), "kubectl apply failed");
+    let out = private_env().kubectl_apply(&ctx.namespace, &manifest);
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
+/// Publishes `event_type` events to `ctx`'s namespace until a request to `path` among
+/// those received after the call satisfies `wanted`, and returns it.
+async fn publish_until(
+    (dp, rx, ctx): (&DataPlane, &Receiver, &TestContext),
+    path: &str,
+    event_type: &str,
+    what: &str,
+    wanted: impl Fn(&Received) -> bool,
+) -> Received {
+    let seen = rx.received(path).len();
+    let wanted = &wanted;
+    let mut n = 0;
+    eventually(what, WAIT, || {
+        n += 1;
+        let found = rx.received(path).into_iter().skip(seen).find(|r| wanted(r));
+        async move {
+            if found.is_some() {
+                return found;
+            }
+            dp.publish(&ctx.namespace, event_type, json!({"n": n}))
+                .await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            rx.received(path).into_iter().skip(seen).find(|r| wanted(r))
+        }
+    })
+    .await
+}
 #[tokio::test]
 async fn a_tenant_applies_resources_and_receives_verified_webhooks_even_while_the_api_is_down() {
     // Every log line of the operator and the dispatcher (both run in this process), at
@@ -154,18 +177,13 @@ async fn a_tenant_applies_resources_and_receives_verified_webhooks_even_while_th
     let whsec = String::from_utf8(secret.data.unwrap()["current"].0.clone()).unwrap();
     let key = SigningKey::from_whsec(&whsec).unwrap();
 
-    let mut n = 0;
-    eventually("the first delivery", WAIT, || {
-        n += 1;
-        let (dp, rx, ns) = (dp.clone(), rx.clone(), ctx.namespace.clone());
-        async move {
-            if rx.received("orders").is_empty() {
-                dp.publish(&ns, "order.created", json!({"n": n})).await;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            (!rx.received("orders").is_empty()).then_some(())
-        }
-    })
+    publish_until(
+        (&dp, &rx, &ctx),
+        "orders",
+        "order.created",
+        "the first delivery",
+        |_| true,
+    )
     .await;
     let req = &rx.received("orders")[0];
     let now = jiff::Timestamp::now().as_second();
@@ -251,21 +269,13 @@ async fn a_tenant_applies_resources_and_receives_verified_webhooks_even_while_th
     })
     .await;
     let new_key = SigningKey::from_whsec(&new_whsec).unwrap();
-    let seen = rx.received("orders").len();
-    let mut n = 0;
-    let signed_twice = eventually("a delivery signed with both keys", WAIT, || {
-        n += 1;
-        let (dp, rx, ns) = (dp.clone(), rx.clone(), ctx.namespace.clone());
-        async move {
-            dp.publish(&ns, "order.created", json!({"rotation": n}))
-                .await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            rx.received("orders")
-                .into_iter()
-                .skip(seen)
-                .find(|r| r.header("webhook-signature").split(' ').count() == 2)
-        }
-    })
+    let signed_twice = publish_until(
+        (&dp, &rx, &ctx),
+        "orders",
+        "order.created",
+        "a delivery signed with both keys",
+        |r| r.header("webhook-signature").split(' ').count() == 2,
+    )
     .await;
     let now = jiff::Timestamp::now().as_second();
     for (name, key) in [("previous", &key), ("new", &new_key)] {
@@ -293,5 +303,322 @@ async fn a_tenant_applies_resources_and_receives_verified_webhooks_even_while_th
             "key material in the logs"
         );
     }
+    ctx.cleanup().await;
+}
+
+/// `python3` with the packages of the Python receiver example, or why not.
+fn python_receiver_ready() -> Result<(), String> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import standardwebhooks, cryptography"])
+        .output()
+        .map_err(|e| format!("python3 is not available ({e})"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "pip install -r examples/receivers/python/requirements.txt: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The Python receiver example's `verify` (the cryptography package: OpenSSL's Ed25519,
+/// an implementation independent of Herald's) on one received request with `keys`:
+/// `ok` or `rejected: <why>`.
+fn python_verify(keys: &[&str], request: &Received) -> String {
+    let input = json!({
+        "keys": keys,
+        "headers": {
+            "webhook-id": request.header("webhook-id"),
+            "webhook-timestamp": request.header("webhook-timestamp"),
+            "webhook-signature": request.header("webhook-signature"),
+        },
+        "body": String::from_utf8_lossy(&request.body),
+    });
+    let code = r#"
+import json, sys
+from receiver import verify, WebhookVerificationError
+r = json.load(sys.stdin)
+try:
+    verify(r["keys"], r["headers"], r["body"].encode())
+    print("ok")
+except WebhookVerificationError as e:
+    print(f"rejected: {e}")
+"#;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", code])
+        .env(
+            "PYTHONPATH",
+            herald_e2e::repo_root().join("examples/receivers/python"),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A tenant moves a SigningSecret from HMAC to Ed25519 by setting `spec.algorithm`: the
+/// operator rotates to an Ed25519 key pair (the private key in the Secret, the public key
+/// in the status), both keys sign through the overlap, and a receiver holding only the
+/// public key verifies `v1a` — with Herald's code and with the Python receiver example
+/// (the cryptography package) — while one holding the old HMAC secret still verifies `v1`.
+#[tokio::test]
+async fn a_signing_secret_moves_to_ed25519_and_receivers_verify_with_the_public_key() {
+    let python = python_receiver_ready();
+    let _faults = fault_lock().await;
+    let ctx = TestContext::new_in(private_env(), "ed25519").await;
+    shared_dispatcher(private_env());
+    let stop_operator = start_operator(&ctx);
+    let rx = Receiver::start().await;
+    let dp = DataPlane::new(private_env().nats().await).await;
+    let secret = |spec: serde_json::Value| {
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+            "metadata": {"name": "keys"}, "spec": spec
+        })
+    };
+    apply(&ctx, secret(json!({})));
+    apply(
+        &ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+            "metadata": {"name": "invoices"},
+            "spec": {"url": rx.url("invoices"), "eventTypes": ["invoice.*"], "secretRef": {"name": "keys"}}
+        }),
+    );
+    let secrets: Api<Secret> = ctx.api();
+    let current = |secrets: Api<Secret>| async move {
+        let data = secrets.get("keys").await.ok()?.data?;
+        String::from_utf8(data.get("current")?.0.clone()).ok()
+    };
+    let whsec = eventually("a generated HMAC key", WAIT, || current(secrets.clone())).await;
+    assert!(whsec.starts_with("whsec_"), "HMAC is the default");
+
+    // A delivery that arrives signed with `entries` signatures.
+    let delivered_with = |entries: usize, what: &'static str| {
+        publish_until(
+            (&dp, &rx, &ctx),
+            "invoices",
+            "invoice.paid",
+            what,
+            move |r| r.header("webhook-signature").split(' ').count() == entries,
+        )
+    };
+    let first = delivered_with(1, "a delivery signed with the HMAC key").await;
+    assert!(first.header("webhook-signature").starts_with("v1,"));
+
+    apply(
+        &ctx,
+        secret(json!({"algorithm": "Ed25519", "rotation": {"overlap": "1h"}})),
+    );
+    let signing_secrets: Api<herald_core::v1alpha1::SigningSecret> = ctx.api();
+    let public = eventually("the public key in the status", WAIT, || {
+        let api = signing_secrets.clone();
+        async move { api.get("keys").await.ok()?.status?.active_public_key }
+    })
+    .await;
+    assert!(public.starts_with("whpk_"), "{public}");
+    let whsk = current(secrets.clone()).await.unwrap();
+    assert!(
+        whsk.starts_with("whsk_"),
+        "the Secret holds the Ed25519 private key"
+    );
+    let status = signing_secrets.get("keys").await.unwrap().status.unwrap();
+    let status_text = serde_json::to_string(&status).unwrap();
+    assert!(
+        !status_text.contains(whsk.trim_start_matches("whsk_"))
+            && !status_text.contains(whsec.trim_start_matches("whsec_")),
+        "key material in the status: {status_text}"
+    );
+    let public_key = VerifyingKey::parse(&public).unwrap();
+    assert_eq!(status.active_key_id.as_deref(), Some(public_key.id()));
+
+    let both = delivered_with(2, "a delivery signed by the Ed25519 and the HMAC key").await;
+    let signature = both.header("webhook-signature");
+    assert!(
+        signature.starts_with("v1a,") && signature.contains(" v1,"),
+        "{signature}"
+    );
+    let now = jiff::Timestamp::now().as_second();
+    let check = |key: VerifyingKey, body: &[u8]| {
+        verify(
+            &[key],
+            both.header("webhook-id"),
+            both.header("webhook-timestamp"),
+            signature,
+            body,
+            now,
+            300,
+        )
+    };
+    check(public_key.clone(), &both.body).expect("the public key verifies v1a");
+    check(VerifyingKey::parse(&whsec).unwrap(), &both.body)
+        .expect("the previous HMAC secret verifies v1 during the overlap");
+    let mut tampered = both.body.to_vec();
+    tampered.extend_from_slice(b" ");
+    assert!(check(public_key, &tampered).is_err());
+
+    match python {
+        Ok(()) => {
+            assert_eq!(python_verify(&[&public], &both), "ok");
+            assert_eq!(python_verify(&[&whsec], &both), "ok");
+            let stranger = "whpk_ZlN4eg7dSSqi0moX9hQUk3orrOouK3QVQSlJa248c/g=";
+            assert!(
+                python_verify(&[stranger], &both).starts_with("rejected"),
+                "another public key verified"
+            );
+            // Before the move, a public key had nothing to verify.
+            assert!(python_verify(&[&public], &first).starts_with("rejected"));
+        }
+        Err(reason) => eprintln!("SKIPPED the Python receiver's part: {reason}"),
+    }
+    let _ = stop_operator.send(());
+    ctx.cleanup().await;
+}
+
+/// `kubectl apply` that is expected to fail: its stderr.
+fn apply_refused(ctx: &TestContext, manifest: serde_json::Value) -> String {
+    let out = private_env().kubectl_apply(&ctx.namespace, &manifest);
+    assert!(!out.status.success(), "kubectl apply accepted {manifest}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+/// A receiver that demands a bearer token: the tenant keeps it in a Secret and the
+/// endpoint's header takes it from there (`valueFrom.secretKeyRef`). The token arrives
+/// with every request, a changed Secret changes it without touching the endpoint, a
+/// broken reference holds deliveries (nothing lost) and says which header, Secret and key,
+/// and the token never shows in the endpoint's status or Events.
+#[tokio::test]
+async fn a_header_takes_its_value_from_a_secret_and_follows_it() {
+    let _faults = fault_lock().await;
+    let ctx = TestContext::new_in(private_env(), "hdrsecret").await;
+    shared_dispatcher(private_env());
+    let stop_operator = start_operator(&ctx);
+    let rx = Receiver::start().await;
+    let dp = DataPlane::new(private_env().nats().await).await;
+    let token_secret = |data: serde_json::Value| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "receiver-auth"}, "stringData": data});
+    apply(
+        &ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+            "metadata": {"name": "keys"}, "spec": {}
+        }),
+    );
+    apply(&ctx, token_secret(json!({"token": "Bearer first-7c1d"})));
+    let endpoint = |headers: serde_json::Value| {
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+            "metadata": {"name": "billing"},
+            "spec": {"url": rx.url("billing"), "eventTypes": ["bill.*"], "secretRef": {"name": "keys"},
+                     "headers": headers}
+        })
+    };
+    let from_secret = json!([
+        {"name": "Authorization", "valueFrom": {"secretKeyRef": {"name": "receiver-auth", "key": "token"}}},
+        {"name": "X-Tenant", "value": "shop"}
+    ]);
+    // The schema refuses a header with both a value and a Secret.
+    let refused = apply_refused(
+        &ctx,
+        endpoint(json!([{"name": "Authorization", "value": "x",
+            "valueFrom": {"secretKeyRef": {"name": "receiver-auth", "key": "token"}}}])),
+    );
+    assert!(refused.contains("either value or valueFrom"), "{refused}");
+    apply(&ctx, endpoint(from_secret));
+
+    // Publishes until a delivery carries `token`.
+    let delivered_with = |token: &'static str| {
+        publish_until((&dp, &rx, &ctx), "billing", "bill.sent", token, move |r| {
+            r.header("authorization") == token
+        })
+    };
+    let first = delivered_with("Bearer first-7c1d").await;
+    assert_eq!(first.header("x-tenant"), "shop");
+
+    // The tenant rotates the token in the Secret alone.
+    apply(&ctx, token_secret(json!({"token": "Bearer second-9e2f"})));
+    delivered_with("Bearer second-9e2f").await;
+
+    // A broken reference (the key renamed): Ready False naming header, Secret and key;
+    // deliveries are held, not dropped.
+    let secrets: Api<Secret> = ctx.api();
+    let mut broken: Secret = secrets.get("receiver-auth").await.unwrap();
+    let value = broken.data.as_mut().unwrap().remove("token").unwrap();
+    broken.data.as_mut().unwrap().insert("bearer".into(), value);
+    broken.metadata.managed_fields = None;
+    secrets
+        .replace("receiver-auth", &Default::default(), &broken)
+        .await
+        .unwrap();
+    let endpoints: Api<WebhookEndpoint> = ctx.api();
+    let message = eventually("Ready False HeaderSecretNotFound", WAIT, || {
+        let endpoints = endpoints.clone();
+        async move {
+            let status = endpoints.get("billing").await.ok()?.status?;
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready" && c.reason == "HeaderSecretNotFound")
+                .map(|c| c.message.clone())
+        }
+    })
+    .await;
+    assert!(
+        message.contains("Authorization") && message.contains("receiver-auth/token"),
+        "{message}"
+    );
+    // Held: the dispatcher has the hold once the configuration carries it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = rx.received("billing").len();
+    for i in 0..3 {
+        dp.publish(&ctx.namespace, "bill.sent", json!({"held": i}))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        rx.received("billing").len(),
+        before,
+        "delivered while the header's Secret was broken"
+    );
+    apply(&ctx, token_secret(json!({"token": "Bearer third-4a0b"})));
+    eventually("the held events, with the fixed token", WAIT, || {
+        let rx = rx.clone();
+        async move {
+            let held = rx
+                .received("billing")
+                .into_iter()
+                .filter(|r| r.json()["data"].get("held").is_some())
+                .collect::<Vec<_>>();
+            (held.len() >= 3
+                && held
+                    .iter()
+                    .all(|r| r.header("authorization") == "Bearer third-4a0b"))
+            .then_some(())
+        }
+    })
+    .await;
+
+    // No token in the endpoint's status or in the namespace's Events.
+    let status = serde_json::to_string(&endpoints.get("billing").await.unwrap().status).unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = ctx.api();
+    let events =
+        serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap();
+    assert!(
+        events.contains("HeaderSecretNotFound"),
+        "the Event of the hold is missing"
+    );
+    for token in ["first-7c1d", "second-9e2f", "third-4a0b"] {
+        assert!(!status.contains(token), "{token} in the status: {status}");
+        assert!(!events.contains(token), "{token} in an Event");
+    }
+    let _ = stop_operator.send(());
     ctx.cleanup().await;
 }

@@ -40,8 +40,9 @@ impl Desired {
 /// resource that is fine carries `Ready` alone.
 pub fn ready_with_kstatus(ready: Desired) -> Vec<Desired> {
     use herald_core::names::{condition, reason};
-    const WAITING: [&str; 6] = [
+    const WAITING: [&str; 7] = [
         reason::SECRET_NOT_FOUND,
+        reason::HEADER_SECRET_NOT_FOUND,
         reason::SECRET_NOT_READY,
         // The platform team grants the rights; the tenant waits.
         reason::SECRET_FORBIDDEN,

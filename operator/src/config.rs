@@ -43,6 +43,12 @@ pub struct Config {
     #[arg(long, env = "HERALD_STATUS_REFRESH", default_value = "5m", value_parser = herald_core::duration::parse_std)]
     pub status_refresh: Duration,
 
+    /// How often an endpoint whose headers take their values from Secrets
+    /// (`valueFrom.secretKeyRef`) reads those Secrets again: a changed value reaches the
+    /// deliveries within this. Herald does not watch Secrets it does not own.
+    #[arg(long, env = "HERALD_HEADER_SECRET_REFRESH", default_value = "30s", value_parser = herald_core::duration::parse_std)]
+    pub header_secret_refresh: Duration,
+
     /// Address of `/metrics`, `/healthz` and `/readyz` (port 0: any free port).
     #[arg(long, env = "HERALD_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,

@@ -43,6 +43,8 @@ pub struct Setup {
     pub status_interval: Duration,
     /// Shortest time between two writes of an endpoint's gauges alone.
     pub status_refresh: Duration,
+    /// How often headers' values are read again from their Secrets.
+    pub header_secret_refresh: Duration,
     /// The namespaces served; empty: all of them.
     pub namespaces: Vec<String>,
     /// Serving all namespaces: watch generated Secrets cluster-wide too.
@@ -181,6 +183,7 @@ impl Term {
             shards: setup.shards,
             states: states.clone(),
             secrets: listed_secrets,
+            header_secret_refresh: setup.header_secret_refresh,
         };
         let writer = health::writer::Parts {
             plumbing: setup.plumbing(health::writer::KIND),

@@ -1,4 +1,4 @@
-//! `verify --secret whsec_... < request`: checks a Standard Webhooks signature locally,
+//! `verify --secret whsec_... < request` (or `--secret whpk_...` for Ed25519): checks a Standard Webhooks signature locally,
 //! the way a receiver does, from a raw HTTP request (request line, headers, blank line,
 //! body) on stdin — what `nc -l`, a proxy's dump or a receiver's log captured.
 //!
@@ -9,17 +9,18 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use herald_core::signing::{self, SigningKey};
+use herald_core::signing::{self, VerifyingKey};
 
 /// Flags of `verify`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct VerifyArgs {
-    /// A signing secret (`whsec_...`); repeat for every key that may sign (during a
-    /// rotation both do). Also taken from WEBHOOK_SECRET (comma-separated), which keeps
-    /// it out of the shell history and the process list.
+    /// A signing secret (`whsec_...`) or, for a SigningSecret of algorithm Ed25519, its
+    /// public key (`whpk_...`, from `status.activePublicKey`); repeat for every key that
+    /// may sign (during a rotation both do). Also taken from WEBHOOK_SECRET
+    /// (comma-separated), which keeps it out of the shell history and the process list.
     #[arg(
         long = "secret",
-        value_name = "WHSEC",
+        value_name = "KEY",
         env = "WEBHOOK_SECRET",
         value_delimiter = ',',
         hide_env_values = true,
@@ -162,7 +163,7 @@ pub fn check(
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            SigningKey::from_whsec(s).map_err(|e| Invalid::BadSecret {
+            VerifyingKey::parse(s).map_err(|e| Invalid::BadSecret {
                 index: i + 1,
                 reason: e.to_string(),
             })
@@ -178,7 +179,7 @@ pub fn check(
         .header("webhook-signature")
         .ok_or(Invalid::Missing("webhook-signature"))?;
     let tolerance = tolerance.as_secs();
-    let verify = |keys: &[SigningKey]| {
+    let verify = |keys: &[VerifyingKey]| {
         signing::verify(
             keys,
             id,
@@ -234,6 +235,7 @@ pub fn run(args: &VerifyArgs, raw: &[u8], now: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use herald_core::signing::SigningKey;
 
     // The Standard Webhooks specification's test vector (as in herald_core::signing).
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -271,6 +273,27 @@ mod tests {
             assert_eq!(valid.age_secs, 10);
             assert_eq!(valid.key_id, SigningKey::from_whsec(SECRET).unwrap().id());
         }
+    }
+
+    #[test]
+    fn an_ed25519_public_key_verifies_v1a() {
+        // The reference library's Ed25519 vector (as in herald_core::signing).
+        let key = SigningKey::parse("whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=").unwrap();
+        let public = key.public_key().unwrap().to_string();
+        let signature = signing::sign(&[key], ID, TS, BODY.as_bytes());
+        let request = parse(&raw("\r\n", &format!("{SIGNATURE} {signature}"), BODY)).unwrap();
+        let valid = check(&request, &secrets(&[&public]), TS, MIN5).unwrap();
+        assert_eq!(
+            valid.key_id,
+            SigningKey::parse("whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=")
+                .unwrap()
+                .id()
+        );
+        let tampered = parse(&raw("\r\n", &signature, r#"{"test": 2432232315}"#)).unwrap();
+        assert_eq!(
+            check(&tampered, &secrets(&[&public]), TS, MIN5).unwrap_err(),
+            Invalid::Signature(signing::VerifyError::NoMatch)
+        );
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl EndpointConfig {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KeySet {
-    /// `whsec_...` secrets.
+    /// The keys as the Secret holds them: `whsec_...` (HMAC) or `whsk_...` (Ed25519).
     pub keys: Vec<String>,
 }
 

@@ -91,9 +91,12 @@ pub struct WebhookEndpointSpec {
     #[serde(default)]
     pub delivery: DeliveryPolicy,
 
-    /// Static headers added to every request, e.g. a routing header a gateway expects.
-    /// They cannot override `content-type`, `host` or any `webhook-*` header. Values are
-    /// stored in the resource in clear text: do not put credentials here.
+    /// Headers added to every request: a routing header a gateway expects, or the
+    /// credential a receiver demands beyond the signature (a bearer token, basic auth, an
+    /// API key). They cannot override `content-type`, `host` or any `webhook-*` header.
+    /// A `value` is stored in the resource in clear text (and so in git): take
+    /// credentials from a Secret with `valueFrom.secretKeyRef` instead, which Herald
+    /// redacts wherever it would show the value.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
         length(max = 32),
@@ -102,8 +105,8 @@ pub struct WebhookEndpointSpec {
     pub headers: Vec<Header>,
 }
 
-/// One extra request header.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+/// One extra request header: a value, or a reference to one in a Secret.
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
@@ -112,9 +115,13 @@ pub struct WebhookEndpointSpec {
         "fieldPath": ".name"
     },
     {
-        "rule": "!self.value.matches('[\\x00-\\x08\\x0a-\\x1f\\x7f]')",
+        "rule": "!has(self.value) || !self.value.matches('[\\x00-\\x08\\x0a-\\x1f\\x7f]')",
         "message": "header values may not contain control characters (CR, LF, NUL...): they would split or corrupt the request; tab is the only one allowed",
         "fieldPath": ".value"
+    },
+    {
+        "rule": "has(self.value) != has(self.valueFrom)",
+        "message": "give a header either value or valueFrom, not both and not neither"
     }
 ]))]
 pub struct Header {
@@ -122,8 +129,64 @@ pub struct Header {
     #[schemars(extend("minLength" = 1, "maxLength" = 128, "pattern" = "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"))]
     pub name: String,
     /// Header value: printable text (a tab is allowed, no other control character).
+    /// Inside Herald's data plane this holds the value `valueFrom` resolved to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("maxLength" = 4096))]
     pub value: String,
+    /// Take the value from a key of a Secret in the endpoint's namespace. The value is
+    /// redacted from the delivery log, status, Events and logs, and a change of the
+    /// Secret reaches deliveries within the operator's `--header-secret-refresh`
+    /// (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<HeaderValueFrom>,
+}
+
+impl Header {
+    /// A header with a literal value.
+    pub fn literal(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            value: value.into(),
+            value_from: None,
+        }
+    }
+
+    /// Whether the value is a credential from a Secret: always redacted.
+    pub fn is_secret(&self) -> bool {
+        self.value_from.is_some()
+    }
+}
+
+impl std::fmt::Debug for Header {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Header");
+        d.field("name", &self.name);
+        match &self.value_from {
+            Some(from) => d.field("value", &"<redacted>").field("value_from", from),
+            None => d.field("value", &self.value),
+        };
+        d.finish()
+    }
+}
+
+/// Where a header's value comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderValueFrom {
+    /// A key of a Secret in the endpoint's namespace.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key in the Secret's `data`.
+    #[schemars(extend("minLength" = 1, "maxLength" = 253, "pattern" = "^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
 }
 
 /// How Herald delivers to one endpoint.

@@ -38,9 +38,39 @@ pub struct SigningSecretSpec {
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,
 
+    /// How requests are signed. `HMAC`: HMAC-SHA256 with a shared secret (`whsec_`,
+    /// signature entries `v1,`), which receivers must keep secret. `Ed25519`: an Ed25519
+    /// key pair (`whsk_` in the Secret, signature entries `v1a,`); receivers verify with
+    /// the public key in `status.activePublicKey`, which need not be kept secret. Changing
+    /// it rotates to a key of the new kind, and the old key keeps signing alongside for
+    /// `rotation.overlap`. Default: the kind of key the Secret holds, and `HMAC` for a
+    /// generated one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<SigningAlgorithm>,
+
     /// Rotation settings.
     #[serde(default)]
     pub rotation: Rotation,
+}
+
+/// The signature scheme of a `SigningSecret` (Standard Webhooks `v1` or `v1a`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SigningAlgorithm {
+    /// HMAC-SHA256 with a shared secret: `v1` signatures.
+    #[serde(rename = "HMAC")]
+    Hmac,
+    /// Ed25519 with a key pair: `v1a` signatures, verified with a public key.
+    Ed25519,
+}
+
+impl SigningAlgorithm {
+    /// The signing scheme of this algorithm.
+    pub fn scheme(self) -> crate::signing::Scheme {
+        match self {
+            Self::Hmac => crate::signing::Scheme::Hmac,
+            Self::Ed25519 => crate::signing::Scheme::Ed25519,
+        }
+    }
 }
 
 /// When keys rotate and how long the previous key keeps signing.
@@ -96,9 +126,18 @@ pub struct SigningSecretStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_key_id: Option<String>,
 
+    /// The active key's Ed25519 public key (`whpk_<base64>`) when it is an Ed25519 key:
+    /// what receivers verify `v1a` signatures with. Public; not key material.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_public_key: Option<String>,
+
     /// Identifier of the previous key while it still signs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_key_id: Option<String>,
+
+    /// The previous key's Ed25519 public key while it still signs, when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_public_key: Option<String>,
 
     /// Until when the previous key signs alongside the active one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -99,11 +99,12 @@ fn is_sensitive(name: &str) -> bool {
 }
 
 /// The values of this request that must not appear in its attempt record: the signature
-/// (each `v1,` part and its base64) and the values of sensitive custom headers.
+/// (each `v1,` or `v1a,` part and its base64), the values of headers taken from Secrets
+/// and those of custom headers whose names say they are credentials.
 pub(crate) fn secrets<'a>(headers: &'a [Header], signature: &'a str) -> Vec<&'a str> {
     let mut secrets: Vec<&str> = headers
         .iter()
-        .filter(|h| is_sensitive(&h.name))
+        .filter(|h| h.is_secret() || is_sensitive(&h.name))
         .map(|h| h.value.trim())
         .collect();
     for part in signature.split(' ') {
@@ -141,17 +142,18 @@ mod tests {
     #[test]
     fn secrets_are_redacted_before_the_snippet_is_cut() {
         let headers = [
+            Header::literal("Authorization", "Bearer abc123"),
+            Header::literal("X-Api-Key", "k-9"),
+            Header::literal("X-Tenant", "shop"),
+            // From a Secret: redacted whatever its name.
             Header {
-                name: "Authorization".into(),
-                value: "Bearer abc123".into(),
-            },
-            Header {
-                name: "X-Api-Key".into(),
-                value: "k-9".into(),
-            },
-            Header {
-                name: "X-Tenant".into(),
-                value: "shop".into(),
+                value_from: Some(
+                    serde_json::from_value(
+                        serde_json::json!({"secretKeyRef": {"name": "s", "key": "k"}}),
+                    )
+                    .unwrap(),
+                ),
+                ..Header::literal("X-Route", "from-a-secret")
             },
         ];
         let signature = "v1,AAAA/bbbb= v1,CCCC+dddd=";
@@ -162,6 +164,7 @@ mod tests {
             "v1,AAAA/bbbb=",
             "AAAA/bbbb=",
             "CCCC+dddd=",
+            "from-a-secret",
         ] {
             assert!(secrets.contains(&s), "{s} is not redacted: {secrets:?}");
         }

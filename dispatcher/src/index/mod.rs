@@ -444,9 +444,7 @@ fn parse_keys(value: &[u8]) -> Result<Arc<[SigningKey]>, ConfigError> {
     set.keys
         .iter()
         .enumerate()
-        .map(|(index, k)| {
-            SigningKey::from_whsec(k).map_err(|source| ConfigError::Key { index, source })
-        })
+        .map(|(index, k)| SigningKey::parse(k).map_err(|source| ConfigError::Key { index, source }))
         .collect()
 }
 

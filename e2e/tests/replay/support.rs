@@ -18,19 +18,12 @@ pub fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
 }
 
 pub fn apply(ctx: &TestContext, manifest: serde_json::Value) {
-    let mut child = env()
-        .kubectl()
-        .args(["apply", "--server-side", "-n", &ctx.namespace, "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(
-        child.stdin.as_mut().unwrap(),
-        serde_json::to_string(&manifest).unwrap().as_bytes(),
-    )
-    .unwrap();
-    assert!(child.wait().unwrap().success(), "kubectl apply failed");
+    let out = env().kubectl_apply(&ctx.namespace, &manifest);
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Creates the signing secret and an endpoint that treats 400 as final, and waits until

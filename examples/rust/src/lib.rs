@@ -4,13 +4,13 @@
 //! one uses `herald_core::signing::verify`.
 
 use axum::http::HeaderMap;
-use herald_core::signing::{DEFAULT_TOLERANCE_SECS, SigningKey, verify};
+use herald_core::signing::{DEFAULT_TOLERANCE_SECS, VerifyingKey, verify};
 
 /// Checks the `webhook-id`, `webhook-timestamp` and `webhook-signature` headers of a
-/// delivery against the body and the endpoint's secrets (`whsec_...`; give two while a
-/// rotation overlaps). `now` is Unix seconds. Returns the `webhook-id` on success.
+/// delivery against the body and the endpoint's keys (`whsec_...` secrets, or `whpk_...`
+/// public keys for Ed25519; give two while a rotation overlaps). `now` is Unix seconds. Returns the `webhook-id` on success.
 pub fn verify_request(
-    keys: &[SigningKey],
+    keys: &[VerifyingKey],
     headers: &HeaderMap,
     body: &[u8],
     now: i64,
@@ -37,11 +37,11 @@ pub fn verify_request(
     Ok(id.to_owned())
 }
 
-/// Parses `whsec_...` secrets.
-pub fn parse_secrets(secrets: &[String]) -> anyhow::Result<Vec<SigningKey>> {
+/// Parses `whsec_...` secrets and `whpk_...` public keys.
+pub fn parse_secrets(secrets: &[String]) -> anyhow::Result<Vec<VerifyingKey>> {
     secrets
         .iter()
-        .map(|s| SigningKey::from_whsec(s.trim()).map_err(|e| anyhow::anyhow!("bad secret: {e}")))
+        .map(|s| VerifyingKey::parse(s).map_err(|e| anyhow::anyhow!("bad secret: {e}")))
         .collect()
 }
 
@@ -58,7 +58,7 @@ mod tests {
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
     fn signed(body: &[u8], now: i64) -> HeaderMap {
-        let keys = parse_secrets(&[SECRET.to_owned()]).unwrap();
+        let keys = [herald_core::signing::SigningKey::from_whsec(SECRET).unwrap()];
         let mut headers = HeaderMap::new();
         headers.insert("webhook-id", "msg_1".parse().unwrap());
         headers.insert("webhook-timestamp", now.to_string().parse().unwrap());

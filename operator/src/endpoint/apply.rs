@@ -1,5 +1,6 @@
 //! One reconcile of a `WebhookEndpoint`, as a pipeline:
-//! [`dereference`] (IO: DNS, the `SigningSecret`, the current entry in `herald-config`)
+//! [`dereference`] (IO: DNS, the `SigningSecret`, the Secrets of headers' `valueFrom`,
+//! the current entry in `herald-config`)
 //! → [`decide`] (pure: [`validate`](super::validate), then [`build`](super::build)'s
 //! publication and status) → [`publish`] (the entry) → status (server-side apply, only
 //! when changed) → Events on `Ready` flips.
@@ -10,16 +11,18 @@
 
 use herald_core::dataplane::{EndpointConfig, EndpointKey, shard_for};
 use herald_core::names::{self, condition};
-use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint, WebhookEndpointStatus};
+use herald_core::v1alpha1::{Header, SigningSecret, WebhookEndpoint, WebhookEndpointStatus};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
 use super::build::{self, Publication};
+use super::header_secrets;
 use super::validate::{self, Invalid, Lookup};
 use super::{Context, Error, Guarded};
 use crate::lean::cached::{self, Recorded};
@@ -32,6 +35,9 @@ struct Observed {
     /// What the URL's host resolved to (not looked up when the spec already fails).
     lookup: Option<Lookup>,
     secret: Option<SigningSecret>,
+    /// The headers with their values from Secrets resolved (not read when the spec
+    /// already fails).
+    headers: Result<Vec<Header>, Invalid>,
     /// The entry in `herald-config` now, as stored and as decoded.
     current: Option<(Vec<u8>, Option<EndpointConfig>)>,
 }
@@ -68,11 +74,19 @@ async fn dereference(obj: &WebhookEndpoint, ns: &str, ctx: &Context) -> Result<O
                 Ok(secret) => secret.clone(),
                 Err(_) => undecodable_secret(name),
             });
+    let headers = match &url {
+        Ok(_) if header_secrets::uses_secrets(&obj.spec.headers) => {
+            let api: Api<Secret> = Api::namespaced(ctx.plumbing.client.clone(), ns);
+            header_secrets::resolve(&api, &obj.spec.headers).await
+        }
+        _ => Ok(obj.spec.headers.clone()),
+    };
     let current = read_config(ctx, &EndpointKey::new(ns, &obj.name_any())).await?;
     Ok(Observed {
         url,
         lookup,
         secret,
+        headers,
         current,
     })
 }
@@ -82,6 +96,7 @@ fn undecodable_secret(name: &str) -> SigningSecret {
         name,
         herald_core::v1alpha1::SigningSecretSpec {
             secret_name: None,
+            algorithm: None,
             rotation: Default::default(),
         },
     )
@@ -110,9 +125,14 @@ fn decide(obj: &WebhookEndpoint, observed: &Observed, ctx: &Context, now: &Time)
         &obj.spec.secret_ref.name,
         observed.secret.as_ref(),
     )
+    .and_then(|()| observed.headers.as_ref().map(|_| ()).map_err(Clone::clone))
     .map(|()| shard_for(&ns, &obj.name_any(), ctx.shards));
     let current = observed.current.as_ref().and_then(|(_, c)| c.clone());
-    let publication = build::publication(obj, &validity, current);
+    let mut publication = build::publication(obj, &validity, current);
+    // The spec's headers, with the values their Secrets hold.
+    if let (Publication::Fresh(config), Ok(headers)) = (&mut publication, &observed.headers) {
+        config.headers = headers.clone();
+    }
     let status = build::status(obj, &validity, &publication, now);
     Decision {
         validity,
@@ -172,6 +192,10 @@ pub(super) async fn apply(
         Err(Invalid {
             retry: Some(retry), ..
         }) => Action::requeue(retry),
+        // No watch on Secrets it does not own: read them again this often.
+        _ if header_secrets::uses_secrets(&obj.spec.headers) => {
+            Action::requeue(ctx.header_secret_refresh)
+        }
         // The periodic re-check is `super::resync`'s, not a requeue per endpoint.
         _ => Action::await_change(),
     })

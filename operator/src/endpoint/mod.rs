@@ -19,6 +19,7 @@
 
 mod apply;
 pub mod build;
+pub mod header_secrets;
 pub mod observed;
 pub mod resync;
 pub mod validate;
@@ -57,6 +58,8 @@ pub struct Context {
     /// The `SigningSecret`s of the scope (the shared watch of `crate::controllers`):
     /// reconciles read the endpoint's secret here, not with a GET each.
     pub secrets: crate::lean::listed::Listed<reconcile::Guarded<SigningSecret>>,
+    /// How often an endpoint whose headers take values from Secrets reads them again.
+    pub header_secret_refresh: std::time::Duration,
 }
 
 impl reconcile::Reconciler for Context {

@@ -301,6 +301,7 @@ mod tests {
             "s",
             SigningSecretSpec {
                 secret_name: None,
+                algorithm: None,
                 rotation: Default::default(),
             },
         );

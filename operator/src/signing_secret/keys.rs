@@ -1,6 +1,6 @@
 //! Pure: the keys as the Kubernetes Secret holds them, read and written.
 //!
-//! Contract: a Secret holds `current` (`whsec_...`) and, during a rotation's overlap,
+//! Contract: a Secret holds `current` (`whsec_...` for HMAC, `whsk_...` for Ed25519) and, during a rotation's overlap,
 //! `previous` and `previousValidUntil` (RFC 3339). Problems are described by the data
 //! key and what is wrong, never by the value.
 
@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use herald_core::dataplane::KeySet;
 use herald_core::names;
-use herald_core::signing::{KeyError, SigningKey};
+use herald_core::signing::{KeyError, Scheme, SigningKey};
 use herald_core::v1alpha1::SigningSecret;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -76,7 +76,7 @@ pub fn read_keys(data: &BTreeMap<String, ByteString>) -> Result<Keys, BadData> {
             .transpose()
     };
     let check = |key: &'static str, value: &str| {
-        SigningKey::from_whsec(value).map_err(|e| BadData {
+        SigningKey::parse(value).map_err(|e| BadData {
             key,
             problem: describe(&e),
         })
@@ -113,16 +113,29 @@ pub fn read_keys(data: &BTreeMap<String, ByteString>) -> Result<Keys, BadData> {
 /// offending byte, so they are not passed through).
 fn describe(e: &KeyError) -> String {
     match e {
-        KeyError::NotBase64(_) => "is not valid base64 after \"whsec_\"".into(),
+        KeyError::NotBase64(_) => {
+            "is not valid base64 after its \"whsec_\" or \"whsk_\" prefix".into()
+        }
         other => format!("is not a valid key: {other}"),
     }
 }
 
-/// The id of a `whsec_` key, for status and Events.
-pub fn key_id(whsec: &str) -> Option<String> {
-    SigningKey::from_whsec(whsec)
+/// The id of a stored key, for status and Events.
+pub fn key_id(stored: &str) -> Option<String> {
+    SigningKey::parse(stored).ok().map(|k| k.id().to_owned())
+}
+
+/// The `whpk_` public key of a stored Ed25519 key, for status; `None` for HMAC.
+pub fn public_key(stored: &str) -> Option<String> {
+    SigningKey::parse(stored)
         .ok()
-        .map(|k| k.id().to_owned())
+        .and_then(|k| k.public_key())
+        .map(|k| k.to_string())
+}
+
+/// The scheme a stored key signs with.
+pub fn scheme(stored: &str) -> Option<Scheme> {
+    SigningKey::parse(stored).ok().map(|k| k.scheme())
 }
 
 /// The Secret to apply for `keys`. `data`, not `stringData`: server-side apply tracks

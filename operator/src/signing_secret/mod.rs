@@ -26,7 +26,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use herald_core::dataplane::keyset_key;
 use herald_core::names;
-use herald_core::signing::generate_whsec;
+use herald_core::signing::generate;
 use herald_core::v1alpha1::SigningSecret;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
@@ -100,7 +100,7 @@ async fn apply(obj: &SigningSecret, ctx: &Context) -> Result<Action, Error> {
 
     // Decide.
     let stored = keys::stored(existing.as_ref());
-    let outcome = plan::decide(obj, &secret_name, stored, Timestamp::now(), generate_whsec)
+    let outcome = plan::decide(obj, &secret_name, stored, Timestamp::now(), generate)
         .map_err(|e| Error::other("keygen", "generating a key", e))?;
 
     // Write: the Secret first, so the published keys are always ones it holds.

@@ -10,13 +10,13 @@
 use std::time::Duration;
 
 use herald_core::names::{self, condition, reason};
-use herald_core::signing::KeyError;
+use herald_core::signing::{KeyError, Scheme};
 use herald_core::v1alpha1::{SigningSecret, SigningSecretStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
-use super::keys::{BadData, Keys, Stored, key_id};
+use super::keys::{BadData, Keys, Stored, key_id, public_key, scheme};
 use crate::conditions::{self, Desired};
 
 /// Re-read the Secret at least this often: for Secrets Herald does not own (and
@@ -33,6 +33,9 @@ pub const FORBIDDEN_RETRY: Duration = Duration::from_secs(30);
 pub struct Plan {
     /// Generate a new current key, moving the old one to `previous`.
     pub rotate: bool,
+    /// The current key is not of `spec.algorithm`: the rotation (`rotate` is set too)
+    /// moves to a key of that kind.
+    pub change_algorithm: bool,
     /// Drop the previous key: its overlap is over.
     pub drop_previous: bool,
 }
@@ -77,26 +80,54 @@ pub fn plan(obj: &SigningSecret, keys: &Keys, now: Timestamp) -> Plan {
         .previous
         .as_ref()
         .is_some_and(|(_, until)| *until <= now);
+    let change_algorithm = obj
+        .spec
+        .algorithm
+        .is_some_and(|wanted| scheme(&keys.current) != Some(wanted.scheme()));
     Plan {
-        rotate: on_demand || scheduled,
+        rotate: on_demand || scheduled || change_algorithm,
+        change_algorithm,
         drop_previous,
     }
 }
 
-/// The whole decision of one reconcile. `fresh` generates a key: `(whsec, key id)`.
+/// The kind of key to generate: what the spec asks for, else the kind the current key
+/// is (a rotation keeps it), else HMAC.
+fn wanted_scheme(obj: &SigningSecret, current: Option<&str>) -> Scheme {
+    obj.spec
+        .algorithm
+        .map(|a| a.scheme())
+        .or_else(|| current.and_then(scheme))
+        .unwrap_or(Scheme::Hmac)
+}
+
+/// How status and Events name a scheme.
+fn scheme_name(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::Hmac => "HMAC",
+        Scheme::Ed25519 => "Ed25519",
+    }
+}
+
+/// The whole decision of one reconcile. `fresh` generates a key of a scheme: `(the key
+/// as the Secret holds it, key id)`.
 pub fn decide(
     obj: &SigningSecret,
     secret_name: &str,
     stored: Stored,
     now: Timestamp,
-    mut fresh: impl FnMut() -> Result<(String, String), KeyError>,
+    mut fresh: impl FnMut(Scheme) -> Result<(String, String), KeyError>,
 ) -> Result<Outcome, KeyError> {
     let old = obj.status.clone().unwrap_or_default();
     let mut status = old.clone();
     let (mut keys, generated, mut event) = match stored {
         Stored::Missing => {
-            let (current, id) = fresh()?;
-            let note = format!("generated key {id} in Secret {secret_name}");
+            let scheme = wanted_scheme(obj, None);
+            let (current, id) = fresh(scheme)?;
+            let note = format!(
+                "generated {} key {id} in Secret {secret_name}",
+                scheme_name(scheme)
+            );
             let keys = Keys {
                 current,
                 previous: None,
@@ -115,16 +146,25 @@ pub fn decide(
         // A fresh key answers any pending request: no need to rotate it right away.
         status.last_rotation = Some(Time(now));
     } else if plan.rotate {
-        let (current, id) = fresh()?;
+        let scheme = wanted_scheme(obj, Some(&keys.current));
+        let (current, id) = fresh(scheme)?;
         let overlap = SignedDuration::try_from(obj.spec.rotation.overlap.get())
             .unwrap_or(SignedDuration::from_hours(24));
         let until = now.checked_add(overlap).unwrap_or(now);
         let old_id = key_id(&keys.current).unwrap_or_default();
         keys.previous = Some((std::mem::replace(&mut keys.current, current), until));
         status.last_rotation = Some(Time(now));
+        let why = if plan.change_algorithm {
+            " as spec.algorithm asks"
+        } else {
+            ""
+        };
         event = Some((
             reason::SECRET_ROTATED,
-            format!("rotated to key {id}; previous key {old_id} keeps signing until {until}"),
+            format!(
+                "rotated to {} key {id}{why}; previous key {old_id} keeps signing until {until}",
+                scheme_name(scheme)
+            ),
         ));
     }
     if let Some(requested) = rotation_request(obj) {
@@ -152,14 +192,20 @@ fn accepted(obj: &SigningSecret, keys: &Keys, status: &mut SigningSecretStatus, 
     let active = key_id(&keys.current);
     status.active_key_id = active.clone();
     status.previous_key_id = keys.previous.as_ref().and_then(|(p, _)| key_id(p));
+    status.active_public_key = public_key(&keys.current);
+    status.previous_public_key = keys.previous.as_ref().and_then(|(p, _)| public_key(p));
     status.previous_key_valid_until = keys.previous.as_ref().map(|(_, until)| Time(*until));
     status.observed_generation = obj.metadata.generation;
     let active = active.unwrap_or_default();
+    let kind = scheme(&keys.current).map_or("", scheme_name);
     let message = match (&status.previous_key_id, &keys.previous) {
-        (Some(prev), Some((_, until))) => {
-            format!("key {active} signs, with previous key {prev} until {until}")
+        (Some(prev), Some((previous, until))) => {
+            let previous_kind = scheme(previous).map_or("", scheme_name);
+            format!(
+                "{kind} key {active} signs, with previous {previous_kind} key {prev} until {until}"
+            )
         }
-        _ => format!("key {active} signs"),
+        _ => format!("{kind} key {active} signs"),
     };
     let ready = Desired::new(condition::READY, true, reason::ACCEPTED, message);
     status.conditions = conditions::merge(
@@ -174,7 +220,7 @@ fn accepted(obj: &SigningSecret, keys: &Keys, status: &mut SigningSecretStatus, 
 fn invalid(obj: &SigningSecret, secret_name: &str, bad: &BadData, now: Timestamp) -> Outcome {
     let old = obj.status.clone().unwrap_or_default();
     let message = format!(
-        "data key `{}` of Secret {secret_name} {}; it must hold `whsec_` followed by the base64 of 24 to 64 random bytes (delete the Secret to let Herald generate one)",
+        "data key `{}` of Secret {secret_name} {}; it must hold `whsec_` followed by the base64 of 24 to 64 random bytes (HMAC), or `whsk_` followed by the base64 of a 32-byte Ed25519 seed (delete the Secret to let Herald generate one)",
         bad.key, bad.problem
     );
     let ready = Desired::new(condition::READY, false, reason::INVALID_SPEC, message);
@@ -255,7 +301,7 @@ fn until_from(now: Timestamp, at: Timestamp) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use herald_core::signing::generate_whsec;
+    use herald_core::signing::{generate, generate_whsec};
     use herald_core::v1alpha1::SigningSecretSpec;
     use serde_json::json;
 
@@ -312,7 +358,7 @@ mod tests {
     fn a_missing_secret_is_generated_and_a_request_rotates_with_overlap() {
         let now: Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
         let obj = secret(json!({"rotation": {"request": "r1"}}), json!(null));
-        let out = decide(&obj, "s", Stored::Missing, now, generate_whsec).unwrap();
+        let out = decide(&obj, "s", Stored::Missing, now, generate).unwrap();
         assert!(out.write_secret);
         assert_eq!(out.event.as_ref().unwrap().0, reason::KEY_GENERATED);
         assert_eq!(out.status.observed_rotation_request.as_deref(), Some("r1"));
@@ -320,12 +366,72 @@ mod tests {
 
         let mut obj = secret(json!({"rotation": {"request": "r2"}}), json!(null));
         obj.status = Some(out.status);
-        let out = decide(&obj, "s", Stored::Valid(first.clone()), now, generate_whsec).unwrap();
+        let out = decide(&obj, "s", Stored::Valid(first.clone()), now, generate).unwrap();
         let keys = out.keys.unwrap();
         assert_eq!(keys.previous.as_ref().unwrap().0, first.current);
         assert_eq!(out.event.unwrap().0, reason::SECRET_ROTATED);
         assert_eq!(out.status.previous_key_id, key_id(&first.current));
         assert!(out.requeue <= Duration::from_secs(300));
+    }
+
+    #[test]
+    fn an_algorithm_generates_its_kind_and_a_change_rotates_with_overlap() {
+        let now: Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
+        // Generated: of the kind the spec asks, its public key in the status.
+        let obj = secret(json!({"algorithm": "Ed25519"}), json!(null));
+        let out = decide(&obj, "s", Stored::Missing, now, generate).unwrap();
+        let first = out.keys.unwrap();
+        assert!(first.current.starts_with("whsk_"));
+        let public = out.status.active_public_key.clone().unwrap();
+        assert!(public.starts_with("whpk_"), "{public}");
+        assert!(
+            !public.contains(&first.current[5..]),
+            "the public key is not the seed"
+        );
+        assert!(out.event.unwrap().1.contains("Ed25519"));
+        // A rotation keeps the kind, without the spec saying it again.
+        let mut obj = secret(json!({"rotation": {"request": "r1"}}), json!(null));
+        obj.status = Some(out.status);
+        let out = decide(&obj, "s", Stored::Valid(first.clone()), now, generate).unwrap();
+        let second = out.keys.unwrap();
+        assert!(second.current.starts_with("whsk_"));
+        assert_eq!(
+            out.status.previous_public_key.as_deref(),
+            Some(public.as_str())
+        );
+        // HMAC held, Ed25519 asked: rotate to Ed25519, the HMAC key signs through the overlap.
+        let hmac = keys();
+        let obj = secret(
+            json!({"algorithm": "Ed25519", "rotation": {"overlap": "1h"}}),
+            json!({"lastRotation": "2026-11-30T11:00:00Z"}),
+        );
+        assert!(plan(&obj, &hmac, now).change_algorithm);
+        let out = decide(&obj, "s", Stored::Valid(hmac.clone()), now, generate).unwrap();
+        let moved = out.keys.unwrap();
+        assert!(moved.current.starts_with("whsk_"));
+        assert_eq!(moved.previous.as_ref().unwrap().0, hmac.current);
+        assert!(out.write_secret);
+        assert!(out.event.unwrap().1.contains("as spec.algorithm asks"));
+        assert!(
+            out.status.previous_public_key.is_none(),
+            "an HMAC key has no public half"
+        );
+        let ready = conditions::find(&out.status.conditions, condition::READY).unwrap();
+        assert!(
+            ready.message.starts_with("Ed25519 key"),
+            "{}",
+            ready.message
+        );
+        assert!(
+            ready.message.contains("previous HMAC key"),
+            "{}",
+            ready.message
+        );
+        // Once moved, nothing more to do.
+        assert!(!plan(&obj, &moved, now).change_algorithm);
+        // No algorithm in the spec: a user's Ed25519 Secret is kept as it is.
+        let obj = secret(json!({}), json!({"lastRotation": "2026-11-30T11:00:00Z"}));
+        assert!(!plan(&obj, &moved, now).rotate);
     }
 
     #[test]
@@ -336,7 +442,7 @@ mod tests {
             key: "current",
             problem: "is missing".into(),
         };
-        let out = decide(&obj, "s", Stored::Invalid(bad), now, || {
+        let out = decide(&obj, "s", Stored::Invalid(bad), now, |_| {
             panic!("no key is generated for a Secret with bad data")
         })
         .unwrap();

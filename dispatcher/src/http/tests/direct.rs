@@ -239,14 +239,8 @@ async fn an_echoed_request_is_logged_without_its_credentials() {
     let keys = [SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()];
     let token = "Bearer 0123456789abcdef0123456789abcdef";
     let headers = [
-        Header {
-            name: "Authorization".into(),
-            value: token.into(),
-        },
-        Header {
-            name: "X-Tenant".into(),
-            value: "shop".into(),
-        },
+        Header::literal("Authorization", token),
+        Header::literal("X-Tenant", "shop"),
     ];
     let url = format!("http://127.0.0.1:{port}/");
     let result = send(

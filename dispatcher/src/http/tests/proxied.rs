@@ -55,10 +55,7 @@ async fn send_via(
     proxy: Option<&EgressProxy>,
 ) -> AttemptResult {
     let keys = [SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()];
-    let headers = [Header {
-        name: "Authorization".into(),
-        value: "Bearer tenant-token".into(),
-    }];
+    let headers = [Header::literal("Authorization", "Bearer tenant-token")];
     let attempt = Attempt {
         url,
         event_id: "msg_1",

@@ -14,7 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use clap::Parser;
-use herald_core::signing::SigningKey;
+use herald_core::signing::VerifyingKey;
 use herald_examples::{parse_secrets, unix_now, verify_request};
 
 #[derive(Parser)]
@@ -23,7 +23,8 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9000")]
     listen: String,
-    /// The endpoint's signing secret(s), `whsec_...`; two while a rotation overlaps.
+    /// The endpoint's signing secret(s), `whsec_...`, or public key(s) `whpk_...` for an
+    /// Ed25519 SigningSecret; two while a rotation overlaps.
     #[arg(long, env = "WEBHOOK_SECRET", value_delimiter = ',', required = true)]
     secret: Vec<String>,
     /// Paths (without `/`) that always answer 500.
@@ -32,7 +33,7 @@ struct Args {
 }
 
 struct Receiver {
-    keys: Vec<SigningKey>,
+    keys: Vec<VerifyingKey>,
     fail_paths: Vec<String>,
     /// (path, webhook-id) seen so far: delivery is at-least-once, so a receiver
     /// deduplicates. A real one keeps these in its database for longer than Herald retries
