@@ -58,6 +58,10 @@ pub mod reason {
     pub const HEADER_SECRET_NOT_FOUND: &str = "HeaderSecretNotFound";
     /// A header's value from a Secret cannot be sent (control characters, too long...).
     pub const HEADER_SECRET_INVALID: &str = "HeaderSecretInvalid";
+    /// `spec.tls` names a Secret or key that does not exist.
+    pub const TLS_SECRET_NOT_FOUND: &str = "TlsSecretNotFound";
+    /// `spec.tls`'s Secret does not hold what it should (PEM certificates, a private key).
+    pub const TLS_SECRET_INVALID: &str = "TlsSecretInvalid";
     pub const ENDPOINT_NOT_FOUND: &str = "EndpointNotFound";
     pub const PAUSED: &str = "Paused";
     pub const DELIVERING: &str = "Delivering";

@@ -622,3 +622,68 @@ async fn a_header_takes_its_value_from_a_secret_and_follows_it() {
     let _ = stop_operator.send(());
     ctx.cleanup().await;
 }
+
+/// A receiver behind mutual TLS with a private CA: the endpoint's `spec.tls` names a
+/// `kubernetes.io/tls` Secret with its client certificate and a Secret with the CA; the
+/// operator reads both, and the dispatcher presents the certificate and verifies the
+/// receiver with the CA. The schema refuses `tls` on an `http://` URL; no key material
+/// reaches the status.
+#[tokio::test]
+async fn an_endpoint_presents_a_client_certificate_to_a_mutual_tls_receiver() {
+    use herald_e2e::receiver::tls::{fixture, mtls_front};
+    let _faults = fault_lock().await;
+    let ctx = TestContext::new_in(private_env(), "mtls").await;
+    shared_dispatcher(private_env());
+    let stop_operator = start_operator(&ctx);
+    let rx = Receiver::start().await;
+    let port = mtls_front(rx.addr).await;
+    let dp = DataPlane::new(private_env().nats().await).await;
+    let text = |name: &str| std::fs::read_to_string(fixture(name)).unwrap();
+    apply(
+        &ctx,
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+            "metadata": {"name": "keys"}, "spec": {}
+        }),
+    );
+    apply(
+        &ctx,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "receiver-client"},
+               "stringData": {"tls.crt": text("client.pem"), "tls.key": text("client.key")}}),
+    );
+    apply(
+        &ctx,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "receiver-ca"},
+               "stringData": {"ca.crt": text("ca.pem")}}),
+    );
+    let tls = json!({"clientCertificate": {"secretName": "receiver-client"},
+                     "ca": {"name": "receiver-ca", "key": "ca.crt"}});
+    let endpoint = |url: String| {
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+            "metadata": {"name": "secure"},
+            "spec": {"url": url, "eventTypes": ["audit.*"], "secretRef": {"name": "keys"}, "tls": tls}
+        })
+    };
+    let refused = apply_refused(&ctx, endpoint(rx.url("secure")));
+    assert!(refused.contains("tls needs an https:// url"), "{refused}");
+    apply(&ctx, endpoint(format!("https://127.0.0.1:{port}/secure")));
+    let delivered = publish_until(
+        (&dp, &rx, &ctx),
+        "secure",
+        "audit.logged",
+        "a delivery through mutual TLS",
+        |_| true,
+    )
+    .await;
+    assert!(delivered.header("webhook-signature").starts_with("v1,"));
+    let endpoints: Api<WebhookEndpoint> = ctx.api();
+    let status = serde_json::to_string(&endpoints.get("secure").await.unwrap().status).unwrap();
+    assert!(
+        !status.contains("PRIVATE KEY") && !status.contains("BEGIN CERTIFICATE"),
+        "{status}"
+    );
+    let _ = stop_operator.send(());
+    ctx.cleanup().await;
+}

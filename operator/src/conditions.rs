@@ -40,9 +40,10 @@ impl Desired {
 /// resource that is fine carries `Ready` alone.
 pub fn ready_with_kstatus(ready: Desired) -> Vec<Desired> {
     use herald_core::names::{condition, reason};
-    const WAITING: [&str; 7] = [
+    const WAITING: [&str; 8] = [
         reason::SECRET_NOT_FOUND,
         reason::HEADER_SECRET_NOT_FOUND,
+        reason::TLS_SECRET_NOT_FOUND,
         reason::SECRET_NOT_READY,
         // The platform team grants the rights; the tenant waits.
         reason::SECRET_FORBIDDEN,

@@ -22,7 +22,7 @@ pub use lane::{LaneError, LaneMessage, Origin};
 pub use records::{
     AttemptOutcome, AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointConfig,
     EndpointHealth, Hold, KeySet, LastAttempt, LastingState, ReplayProgress, ReplayRequest,
-    TenantPolicy,
+    TenantPolicy, TlsMaterial,
 };
 
 /// Ingest stream: the event store and the replay source.

@@ -37,6 +37,10 @@ pub struct EndpointConfig {
     pub delivery: Arc<DeliveryPolicy>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<Header>,
+    /// The client certificate and CA of `spec.tls`, as the operator read them from
+    /// their Secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Arc<TlsMaterial>>,
     pub shard: u32,
     /// Changes when a user re-enables a disabled endpoint (`herald.dev/enable`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +80,8 @@ impl EndpointConfig {
             paused: spec.paused,
             delivery: Arc::new(spec.delivery.clone()),
             headers: spec.headers.clone(),
+            // Read from Secrets by the operator.
+            tls: None,
             shard,
             enable_token: meta
                 .annotations
@@ -88,6 +94,33 @@ impl EndpointConfig {
 
     pub fn key(&self) -> EndpointKey {
         EndpointKey::new(&self.namespace, &self.name)
+    }
+}
+
+/// An endpoint's TLS material (PEM): what it presents and what it trusts. Its `Debug`
+/// shows neither the key nor the certificates.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsMaterial {
+    /// The client certificate chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert: Option<String>,
+    /// Its private key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key: Option<String>,
+    /// CA certificates to verify the receiver with instead of the platform's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+}
+
+impl fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "TlsMaterial(client certificate: {}, CA: {}, <redacted>)",
+            self.client_cert.is_some(),
+            self.ca.is_some()
+        )
     }
 }
 

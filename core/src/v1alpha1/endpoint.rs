@@ -38,6 +38,11 @@ use crate::duration::Duration;
         "rule": "!has(self.orderingKey) || self.ordered",
         "message": "orderingKey needs ordered: true",
         "fieldPath": ".orderingKey"
+    },
+    {
+        "rule": "!has(self.tls) || self.url.startsWith('https://')",
+        "message": "tls needs an https:// url",
+        "fieldPath": ".tls"
     }
 ]))]
 pub struct WebhookEndpointSpec {
@@ -90,6 +95,12 @@ pub struct WebhookEndpointSpec {
     /// How Herald delivers to this endpoint: timeouts, concurrency, rate, retries.
     #[serde(default)]
     pub delivery: DeliveryPolicy,
+
+    /// TLS toward the receiver: a client certificate to present (mutual TLS) and a CA
+    /// to verify the receiver with instead of the platform's roots, both from Secrets in
+    /// the endpoint's namespace. Needs an `https://` url.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EndpointTls>,
 
     /// Headers added to every request: a routing header a gateway expects, or the
     /// credential a receiver demands beyond the signature (a bearer token, basic auth, an
@@ -167,6 +178,32 @@ impl std::fmt::Debug for Header {
         };
         d.finish()
     }
+}
+
+/// TLS settings of an endpoint.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointTls {
+    /// The client certificate Herald presents to the receiver: a Secret of type
+    /// `kubernetes.io/tls` (keys `tls.crt`, the certificate chain, and `tls.key`, its
+    /// private key, PEM). A renewed Secret (cert-manager) is picked up within the
+    /// operator's `--header-secret-refresh`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<SecretName>,
+    /// Verify the receiver's certificate with the CA certificates (PEM) in this Secret
+    /// key instead of the platform's trusted roots, e.g. for a receiver with a private
+    /// CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<SecretKeyRef>,
+}
+
+/// A Secret in the same namespace, by name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretName {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
 }
 
 /// Where a header's value comes from.

@@ -35,6 +35,7 @@ pub(super) fn state_keyed(
         paused: false,
         delivery: Arc::new(delivery),
         headers: vec![],
+        tls: None,
         shard: 0,
         enable_token: None,
         held: None,

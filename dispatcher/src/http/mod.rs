@@ -8,11 +8,13 @@
 //! - `herald_core::egress`: the proxies the platform configured and which one a
 //!   delivery takes (shared with the operator, which validates the endpoint's choice);
 //! - [`tunnel`]: CONNECT tunnels to vetted addresses through a proxy;
+//! - [`endpoint_tls`]: clients of endpoints with their own client certificate or CA;
 //! - [`redact`]: what the attempt log keeps of a response;
 //! - [`classify`]: what a failed request was, and its text in the attempt log.
 
 mod classify;
 mod connect;
+mod endpoint_tls;
 mod redact;
 mod resolve;
 mod tunnel;
@@ -22,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use herald_core::dataplane::TlsMaterial;
 use herald_core::signing::{self, SigningKey};
 use herald_core::ssrf::{AddressPolicy, Forbidden};
 use herald_core::v1alpha1::{EgressProxy, Header};
@@ -65,6 +68,11 @@ pub struct Client {
     direct: Pooled<DirectConnector>,
     egress: Arc<Egress>,
     proxied: Arc<BTreeMap<String, Pooled<TunnelConnector>>>,
+    /// The connectors of `direct` and `proxied`, for endpoints with TLS of their own.
+    connector: DirectConnector,
+    tunnels: Arc<BTreeMap<String, TunnelConnector>>,
+    idle_per_host: usize,
+    endpoint_clients: endpoint_tls::EndpointClients,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,8 +149,9 @@ impl Client {
             lookup: lookup.clone(),
             connect_timeout: CONNECT_TIMEOUT,
         };
+        let connector = direct.clone();
         let direct = pooled(direct, &tls, idle_per_host);
-        let proxied = egress
+        let tunnels: BTreeMap<String, TunnelConnector> = egress
             .proxies
             .values()
             .map(|proxy| {
@@ -153,13 +162,21 @@ impl Client {
                     connect_timeout: CONNECT_TIMEOUT,
                     errors: proxy_errors.clone(),
                 };
-                (proxy.name.clone(), pooled(connector, &tls, idle_per_host))
+                (proxy.name.clone(), connector)
             })
+            .collect();
+        let proxied = tunnels
+            .iter()
+            .map(|(name, connector)| (name.clone(), pooled(connector.clone(), &tls, idle_per_host)))
             .collect();
         Ok(Self {
             direct,
             egress: Arc::new(egress),
             proxied: Arc::new(proxied),
+            connector,
+            tunnels: Arc::new(tunnels),
+            idle_per_host,
+            endpoint_clients: endpoint_tls::EndpointClients::default(),
         })
     }
 }
@@ -177,6 +194,8 @@ pub struct Attempt<'a> {
     pub redact_fields: &'a [String],
     /// The endpoint's choice of egress proxy (`spec.delivery.proxy`).
     pub proxy: Option<&'a EgressProxy>,
+    /// The endpoint's own client certificate and CA (`spec.tls`).
+    pub tls: Option<&'a TlsMaterial>,
 }
 
 /// What came back, before the body is read.
@@ -216,16 +235,41 @@ pub async fn send(client: &Client, policy: &AddressPolicy, attempt: Attempt<'_>)
         signature: &signature,
         attempt: &attempt,
     };
-    let sent = match route {
-        Route::Refused(why) => return fail(Outcome::AddressForbidden, why),
-        Route::Direct => Ok(request(&client.direct, signed, started).await),
-        Route::Proxy(proxy) => match client.proxied.get(&proxy.name) {
+    let no_proxy = |proxy: &ProxyDef| {
+        // Every configured proxy has a client (`build`); kept as a failure, not a panic.
+        (
+            Outcome::RequestError,
+            format!("no client for egress proxy {proxy}"),
+        )
+    };
+    let tls_failed = |why: String| (Outcome::RequestError, format!("tls: {why}"));
+    let sent = match (route, attempt.tls) {
+        (Route::Refused(why), _) => return fail(Outcome::AddressForbidden, why),
+        (Route::Direct, None) => Ok(request(&client.direct, signed, started).await),
+        (Route::Direct, Some(material)) => {
+            match client
+                .endpoint_clients
+                .direct(material, &client.connector, client.idle_per_host)
+            {
+                Ok(via) => Ok(request(&via, signed, started).await),
+                Err(why) => Err(tls_failed(why)),
+            }
+        }
+        (Route::Proxy(proxy), None) => match client.proxied.get(&proxy.name) {
             Some(via) => Ok(request(via, signed, started).await),
-            // Every configured proxy has a client (`build`); kept as a failure, not a panic.
-            None => Err((
-                Outcome::RequestError,
-                format!("no client for egress proxy {proxy}"),
-            )),
+            None => Err(no_proxy(proxy)),
+        },
+        (Route::Proxy(proxy), Some(material)) => match client.tunnels.get(&proxy.name) {
+            Some(tunnel) => match client.endpoint_clients.proxied(
+                material,
+                &proxy.name,
+                tunnel,
+                client.idle_per_host,
+            ) {
+                Ok(via) => Ok(request(&via, signed, started).await),
+                Err(why) => Err(tls_failed(why)),
+            },
+            None => Err(no_proxy(proxy)),
         },
     };
     let answered = match sent {

@@ -235,6 +235,7 @@ impl AttemptTask {
                 timeout: delivery.timeout.get(),
                 redact_fields: &delivery.redact_response_fields,
                 proxy: delivery.proxy.as_ref(),
+                tls: ep.config.tls.as_deref(),
             },
         )
         .await;

@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 
 mod chaos;
 mod reset;
+pub mod tls;
 
 pub use chaos::{Chaos, Fault};
 use reset::{Conn, ResettableListener};

@@ -11,7 +11,7 @@
 
 use herald_core::dataplane::{EndpointConfig, EndpointKey, shard_for};
 use herald_core::names::{self, condition};
-use herald_core::v1alpha1::{Header, SigningSecret, WebhookEndpoint, WebhookEndpointStatus};
+use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint, WebhookEndpointStatus};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -22,7 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use super::build::{self, Publication};
-use super::header_secrets;
+use super::secret_values;
 use super::validate::{self, Invalid, Lookup};
 use super::{Context, Error, Guarded};
 use crate::lean::cached::{self, Recorded};
@@ -35,9 +35,8 @@ struct Observed {
     /// What the URL's host resolved to (not looked up when the spec already fails).
     lookup: Option<Lookup>,
     secret: Option<SigningSecret>,
-    /// The headers with their values from Secrets resolved (not read when the spec
-    /// already fails).
-    headers: Result<Vec<Header>, Invalid>,
+    /// What the endpoint takes from Secrets (not read when the spec already fails).
+    resolved: Result<secret_values::Resolved, Invalid>,
     /// The entry in `herald-config` now, as stored and as decoded.
     current: Option<(Vec<u8>, Option<EndpointConfig>)>,
 }
@@ -74,19 +73,22 @@ async fn dereference(obj: &WebhookEndpoint, ns: &str, ctx: &Context) -> Result<O
                 Ok(secret) => secret.clone(),
                 Err(_) => undecodable_secret(name),
             });
-    let headers = match &url {
-        Ok(_) if header_secrets::uses_secrets(&obj.spec.headers) => {
+    let resolved = match &url {
+        Ok(_) if secret_values::uses_secrets(&obj.spec) => {
             let api: Api<Secret> = Api::namespaced(ctx.plumbing.client.clone(), ns);
-            header_secrets::resolve(&api, &obj.spec.headers).await
+            secret_values::resolve(&api, &obj.spec).await
         }
-        _ => Ok(obj.spec.headers.clone()),
+        _ => Ok(secret_values::Resolved {
+            headers: obj.spec.headers.clone(),
+            tls: None,
+        }),
     };
     let current = read_config(ctx, &EndpointKey::new(ns, &obj.name_any())).await?;
     Ok(Observed {
         url,
         lookup,
         secret,
-        headers,
+        resolved,
         current,
     })
 }
@@ -125,13 +127,14 @@ fn decide(obj: &WebhookEndpoint, observed: &Observed, ctx: &Context, now: &Time)
         &obj.spec.secret_ref.name,
         observed.secret.as_ref(),
     )
-    .and_then(|()| observed.headers.as_ref().map(|_| ()).map_err(Clone::clone))
+    .and_then(|()| observed.resolved.as_ref().map(|_| ()).map_err(Clone::clone))
     .map(|()| shard_for(&ns, &obj.name_any(), ctx.shards));
     let current = observed.current.as_ref().and_then(|(_, c)| c.clone());
     let mut publication = build::publication(obj, &validity, current);
-    // The spec's headers, with the values their Secrets hold.
-    if let (Publication::Fresh(config), Ok(headers)) = (&mut publication, &observed.headers) {
-        config.headers = headers.clone();
+    // With what the endpoint's Secrets hold.
+    if let (Publication::Fresh(config), Ok(resolved)) = (&mut publication, &observed.resolved) {
+        config.headers = resolved.headers.clone();
+        config.tls = resolved.tls.clone();
     }
     let status = build::status(obj, &validity, &publication, now);
     Decision {
@@ -193,9 +196,7 @@ pub(super) async fn apply(
             retry: Some(retry), ..
         }) => Action::requeue(retry),
         // No watch on Secrets it does not own: read them again this often.
-        _ if header_secrets::uses_secrets(&obj.spec.headers) => {
-            Action::requeue(ctx.header_secret_refresh)
-        }
+        _ if secret_values::uses_secrets(&obj.spec) => Action::requeue(ctx.header_secret_refresh),
         // The periodic re-check is `super::resync`'s, not a requeue per endpoint.
         _ => Action::await_change(),
     })

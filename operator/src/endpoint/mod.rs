@@ -19,9 +19,9 @@
 
 mod apply;
 pub mod build;
-pub mod header_secrets;
 pub mod observed;
 pub mod resync;
+pub mod secret_values;
 pub mod validate;
 
 use std::sync::Arc;

@@ -38,6 +38,7 @@ async fn a_url_the_policy_refuses_is_not_sent() {
             timeout: Duration::from_secs(1),
             redact_fields: &[],
             proxy: None,
+            tls: None,
         };
         let result = send(&http, &policy, attempt).await;
         assert_eq!(result.outcome, outcome, "{url}");
@@ -153,23 +154,13 @@ async fn send_to(port: u16, redact_fields: &[String]) -> AttemptResult {
     crate::install_crypto_provider();
     let policy = Arc::new(AddressPolicy::loopback_for_tests());
     let http = client(policy.clone());
-    let keys = [SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()];
+    let keys = test_keys();
     let url = format!("http://127.0.0.1:{port}/");
-    send(
-        &http,
-        &policy,
-        Attempt {
-            url: &url,
-            event_id: "msg_1",
-            body: Bytes::from_static(b"{}"),
-            keys: &keys,
-            headers: &[],
-            timeout: Duration::from_secs(5),
-            redact_fields,
-            proxy: None,
-        },
-    )
-    .await
+    let attempt = Attempt {
+        redact_fields,
+        ..attempt_to(&url, &keys)
+    };
+    send(&http, &policy, attempt).await
 }
 
 /// Over a real connection: a JSON answer larger than the snippet (but within the read
@@ -255,6 +246,7 @@ async fn an_echoed_request_is_logged_without_its_credentials() {
             timeout: Duration::from_secs(5),
             redact_fields: &[],
             proxy: None,
+            tls: None,
         },
     )
     .await;

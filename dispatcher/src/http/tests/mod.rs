@@ -15,6 +15,7 @@ use super::*;
 
 mod direct;
 mod loopback;
+mod mtls;
 mod proxied;
 
 /// A client with no proxies and the system resolver.
@@ -118,20 +119,31 @@ fn policy(allow: &[&str]) -> Arc<AddressPolicy> {
     })
 }
 
-async fn post(http: &Client, policy: &AddressPolicy, port: u16) -> AttemptResult {
-    let keys = [SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()];
-    let url = format!("http://hooks.test:{port}/");
-    let attempt = Attempt {
-        url: &url,
+/// The specification's test key.
+fn test_keys() -> [SigningKey; 1] {
+    [SigningKey::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()]
+}
+
+/// An attempt of `{}` to `url`, signed with `keys`: no headers, 5 s, direct, no TLS of
+/// its own.
+fn attempt_to<'a>(url: &'a str, keys: &'a [SigningKey]) -> Attempt<'a> {
+    Attempt {
+        url,
         event_id: "msg_1",
         body: Bytes::from_static(b"{}"),
-        keys: &keys,
+        keys,
         headers: &[],
         timeout: Duration::from_secs(5),
         redact_fields: &[],
         proxy: None,
-    };
-    send(http, policy, attempt).await
+        tls: None,
+    }
+}
+
+async fn post(http: &Client, policy: &AddressPolicy, port: u16) -> AttemptResult {
+    let keys = test_keys();
+    let url = format!("http://hooks.test:{port}/");
+    send(http, policy, attempt_to(&url, &keys)).await
 }
 
 fn count(n: &std::sync::atomic::AtomicUsize) -> usize {

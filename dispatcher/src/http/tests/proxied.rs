@@ -65,6 +65,7 @@ async fn send_via(
         timeout: Duration::from_secs(5),
         redact_fields: &[],
         proxy,
+        tls: None,
     };
     send(http, policy, attempt).await
 }
