@@ -86,6 +86,15 @@ pub fn check<'a>(
     };
     validate_event_type(ty)
         .map_err(|e| ApiError::bad_request("InvalidType", format!("\"type\" {ty:?} {e}")))?;
+    if herald_core::operational::is_operational(ty) {
+        return Err(ApiError::bad_request(
+            "ReservedType",
+            format!(
+                "\"type\" {ty:?}: types starting with \"{}\" are Herald's own operational events; choose another prefix",
+                herald_core::operational::TYPE_PREFIX
+            ),
+        ));
+    }
     if !object.contains_key("data") {
         return Err(ApiError::bad_request(
             "MissingData",
@@ -292,6 +301,15 @@ mod tests {
         assert_eq!(
             code(check("shop", Some("k"), br#"{"type":"a"}"#, 1024)),
             "MissingData"
+        );
+        assert_eq!(
+            code(check(
+                "shop",
+                Some("k"),
+                br#"{"type":"herald.endpoint.disabled","data":{}}"#,
+                1024
+            )),
+            "ReservedType"
         );
         let big = format!(r#"{{"type":"a","data":"{}"}}"#, "x".repeat(2000));
         let e = check("shop", Some("k"), big.as_bytes(), 1024).unwrap_err();

@@ -22,6 +22,7 @@ pub mod egress;
 pub mod envelope;
 pub mod flags;
 pub mod names;
+pub mod operational;
 pub mod pattern;
 pub mod signing;
 pub mod ssrf;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use herald_core::signing::{SigningKey, VerifyingKey, verify};
 use herald_core::v1alpha1::{EndpointState, WebhookEndpoint};
 use herald_e2e::dataplane::{DataPlane, shared_dispatcher};
-use herald_e2e::receiver::{Received, Receiver};
+use herald_e2e::receiver::{Behavior, Received, Receiver};
 use herald_e2e::{TestContext, eventually, fault_lock, private_env};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -19,6 +19,41 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 const WAIT: Duration = Duration::from_secs(60);
+
+/// What each test here runs against: its namespace with a SigningSecret, an operator
+/// for it, the shared dispatcher, a receiver and a publisher.
+struct Stack {
+    _faults: tokio::sync::MutexGuard<'static, ()>,
+    ctx: TestContext,
+    stop_operator: oneshot::Sender<()>,
+    rx: Receiver,
+    dp: DataPlane,
+}
+
+impl Stack {
+    async fn start(prefix: &str, signing_secret: &str) -> Self {
+        let faults = fault_lock().await;
+        let ctx = TestContext::new_in(private_env(), prefix).await;
+        shared_dispatcher(private_env());
+        let stop_operator = start_operator(&ctx);
+        let rx = Receiver::start().await;
+        let dp = DataPlane::new(private_env().nats().await).await;
+        apply(
+            &ctx,
+            json!({
+                "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+                "metadata": {"name": signing_secret}, "spec": {}
+            }),
+        );
+        Self {
+            _faults: faults,
+            ctx,
+            stop_operator,
+            rx,
+            dp,
+        }
+    }
+}
 
 /// A log sink for the test's subscriber.
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -136,20 +171,13 @@ async fn a_tenant_applies_resources_and_receives_verified_webhooks_even_while_th
         .with_ansi(false)
         .with_writer(move || Captured(sink.clone()))
         .try_init();
-    let _faults = fault_lock().await;
-    let ctx = TestContext::new_in(private_env(), "tour").await;
-    shared_dispatcher(private_env());
-    let stop_operator = start_operator(&ctx);
-    let rx = Receiver::start().await;
-    let dp = DataPlane::new(private_env().nats().await).await;
-
-    apply(
-        &ctx,
-        json!({
-            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
-            "metadata": {"name": "orders"}, "spec": {}
-        }),
-    );
+    let Stack {
+        _faults,
+        ctx,
+        stop_operator,
+        rx,
+        dp,
+    } = Stack::start("tour", "orders").await;
     apply(
         &ctx,
         json!({
@@ -631,21 +659,15 @@ async fn a_header_takes_its_value_from_a_secret_and_follows_it() {
 #[tokio::test]
 async fn an_endpoint_presents_a_client_certificate_to_a_mutual_tls_receiver() {
     use herald_e2e::receiver::tls::{fixture, mtls_front};
-    let _faults = fault_lock().await;
-    let ctx = TestContext::new_in(private_env(), "mtls").await;
-    shared_dispatcher(private_env());
-    let stop_operator = start_operator(&ctx);
-    let rx = Receiver::start().await;
+    let Stack {
+        _faults,
+        ctx,
+        stop_operator,
+        rx,
+        dp,
+    } = Stack::start("mtls", "keys").await;
     let port = mtls_front(rx.addr).await;
-    let dp = DataPlane::new(private_env().nats().await).await;
     let text = |name: &str| std::fs::read_to_string(fixture(name)).unwrap();
-    apply(
-        &ctx,
-        json!({
-            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
-            "metadata": {"name": "keys"}, "spec": {}
-        }),
-    );
     apply(
         &ctx,
         json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
@@ -684,6 +706,151 @@ async fn an_endpoint_presents_a_client_certificate_to_a_mutual_tls_receiver() {
         !status.contains("PRIVATE KEY") && !status.contains("BEGIN CERTIFICATE"),
         "{status}"
     );
+    let _ = stop_operator.send(());
+    ctx.cleanup().await;
+}
+
+/// Operational events: a tenant subscribes to `herald.*` with an ordinary endpoint and
+/// hears, as signed webhooks, that an endpoint was disabled (a receiver answering 410),
+/// that a delivery went dead (a final status), and that the disabled endpoint recovered
+/// once re-enabled. An endpoint that fails to receive operational events generates none
+/// about itself.
+#[tokio::test]
+async fn a_tenant_hears_about_its_endpoints_through_operational_events() {
+    let Stack {
+        _faults,
+        ctx,
+        stop_operator,
+        rx,
+        dp,
+    } = Stack::start("opevents", "keys").await;
+    let endpoint = |name: &str, types: serde_json::Value, delivery: serde_json::Value| {
+        json!({
+            "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+            "metadata": {"name": name},
+            "spec": {"url": rx.url(name), "eventTypes": types, "secretRef": {"name": "keys"},
+                     "delivery": delivery}
+        })
+    };
+    rx.behave("gone", Behavior::statuses(&[410]));
+    rx.behave("final", Behavior::statuses(&[400]));
+    rx.behave("ops-broken", Behavior::statuses(&[400]));
+    let final_400 = json!({"finalStatusCodes": [400]});
+    apply(&ctx, endpoint("ops", json!(["herald.*"]), json!({})));
+    apply(
+        &ctx,
+        endpoint("ops-broken", json!(["herald.*"]), final_400.clone()),
+    );
+    apply(&ctx, endpoint("gone", json!(["order.*"]), json!({})));
+    apply(&ctx, endpoint("final", json!(["order.*"]), final_400));
+
+    // What `ops` received: (type, data).
+    let heard = |rx: &Receiver| -> Vec<(String, serde_json::Value)> {
+        rx.received("ops")
+            .iter()
+            .map(|r| {
+                let body = r.json();
+                (
+                    body["type"].as_str().unwrap_or_default().to_owned(),
+                    body["data"].clone(),
+                )
+            })
+            .collect()
+    };
+    let mut n = 0;
+    eventually(
+        "herald.endpoint.disabled and herald.delivery.dead",
+        WAIT,
+        || {
+            n += 1;
+            let (dp, rx, ns) = (dp.clone(), rx.clone(), ctx.namespace.clone());
+            async move {
+                let got = heard(&rx);
+                let disabled = got
+                    .iter()
+                    .any(|(t, d)| t == "herald.endpoint.disabled" && d["endpoint"] == "gone");
+                let dead = got
+                    .iter()
+                    .any(|(t, d)| t == "herald.delivery.dead" && d["endpoint"] == "final");
+                if disabled && dead {
+                    return Some(());
+                }
+                if rx.received("gone").is_empty() || rx.received("final").is_empty() {
+                    dp.publish(&ns, "order.created", json!({"n": n})).await;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                None
+            }
+        },
+    )
+    .await;
+    let got = heard(&rx);
+    let (_, dead) = got
+        .iter()
+        .find(|(t, d)| t == "herald.delivery.dead" && d["endpoint"] == "final")
+        .unwrap();
+    assert_eq!(dead["eventType"], "order.created");
+    assert_eq!(dead["reason"], "FinalStatus");
+    let (_, disabled) = got
+        .iter()
+        .find(|(t, _)| t == "herald.endpoint.disabled")
+        .unwrap();
+    assert_eq!(disabled["reason"], "Gone");
+    // They are signed like any event.
+    let request = &rx.received("ops")[0];
+    assert!(request.header("webhook-signature").starts_with("v1,"));
+
+    // The disabled endpoint is re-enabled and delivers again: recovered.
+    rx.behave("gone", Behavior::statuses(&[200]));
+    let status = private_env()
+        .kubectl()
+        .args([
+            "annotate",
+            "-n",
+            &ctx.namespace,
+            "webhookendpoint",
+            "gone",
+            "herald.dev/enable=1",
+            "--overwrite",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    eventually("herald.endpoint.recovered", WAIT, || {
+        let rx = rx.clone();
+        async move {
+            heard(&rx)
+                .iter()
+                .any(|(t, d)| {
+                    t == "herald.endpoint.recovered"
+                        && d["endpoint"] == "gone"
+                        && d["from"] == "disabled"
+                })
+                .then_some(())
+        }
+    })
+    .await;
+
+    // `ops-broken` refused every operational event (each delivery dead at once): no
+    // `herald.delivery.dead` about those, and its own decline is told once (one
+    // transition), not once per refused event.
+    let refused = rx.received("ops-broken").len();
+    assert!(
+        refused >= 3,
+        "ops-broken was sent {refused} operational events: the check below proves little"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let about_broken: Vec<_> = heard(&rx)
+        .into_iter()
+        .filter(|(_, d)| d["endpoint"] == "ops-broken")
+        .collect();
+    assert!(
+        about_broken
+            .iter()
+            .all(|(t, _)| t != "herald.delivery.dead"),
+        "{about_broken:?}"
+    );
+    assert!(about_broken.len() <= 1, "{about_broken:?}");
     let _ = stop_operator.send(());
     ctx.cleanup().await;
 }

@@ -265,6 +265,23 @@ async fn deliver_as_own_identities(env: &'static TestEnv) {
     operator
         .refused("the operator reading an event", direct)
         .await;
+    // It publishes Herald's operational events into a namespace, and no other event.
+    let operational = format!("herald.events.{ns}.herald.endpoint.disabled");
+    jetstream::new(operator.client.clone())
+        .publish(
+            operational,
+            r#"{"type":"herald.endpoint.disabled","data":{}}"#.into(),
+        )
+        .await
+        .expect("the operator publishes an operational event")
+        .await
+        .expect("the event store takes it");
+    let forged = format!("herald.events.{ns}.order.created");
+    let _ = operator.client.publish(forged.clone(), "{}".into()).await;
+    let _ = operator.client.flush().await;
+    operator
+        .refused("the operator publishing a tenant's event", &forged)
+        .await;
 
     // The HTTP API, as its own identity, reads the log and queues work.
     let webhook_id = got.header("webhook-id").to_owned();

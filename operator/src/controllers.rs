@@ -189,6 +189,7 @@ impl Term {
             plumbing: setup.plumbing(health::writer::KIND),
             health: board,
             states: states.clone(),
+            js: setup.buckets.js.clone(),
         };
         // One watch of `WebhookEndpoint`s, one store: the endpoint controller and the
         // health writer both follow it.

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use herald_core::dataplane::{AttemptOutcome, EndpointKey, LaneMessage, Origin};
+use herald_core::dataplane::{AttemptOutcome, DeadReason, EndpointKey, LaneMessage, Origin};
+use herald_core::operational;
 use herald_core::signing::SigningKey;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -265,12 +266,41 @@ impl AttemptTask {
                 };
             }
         }
+        if let Fate::Dead(reason) = decision.fate {
+            announce_dead(&shared, &key, &item, reason).await;
+        }
         Completion {
             key,
             item,
             result,
             decision,
         }
+    }
+}
+
+/// How long publishing `herald.delivery.dead` may hold the attempt's slot.
+const DEAD_EVENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Publishes `herald.delivery.dead` into the endpoint's namespace (not for a dead
+/// operational event: no event about failing to deliver one). A failure is logged; the
+/// delivery's own record in the attempt log says it is dead either way.
+async fn announce_dead(shared: &Shared, key: &EndpointKey, item: &Item, reason: DeadReason) {
+    let reason = match reason {
+        DeadReason::FinalStatus => "FinalStatus",
+        DeadReason::RetriesExhausted => "RetriesExhausted",
+    };
+    let Some(event) = operational::delivery_dead(
+        key.namespace(),
+        &key.name(),
+        &item.event_id,
+        herald_core::envelope::body_type(&item.body),
+        reason,
+        item.attempt,
+    ) else {
+        return;
+    };
+    if let Err(error) = event.publish(&shared.layout.js, DEAD_EVENT_TIMEOUT).await {
+        tracing::warn!(endpoint = %key, event_id = &*item.event_id, %error, "could not publish herald.delivery.dead");
     }
 }
 

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use herald_core::dataplane::EndpointKey;
 use herald_core::names::{condition, reason};
+use herald_core::operational;
 use herald_core::v1alpha1::{WebhookEndpoint, WebhookEndpointStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -34,6 +35,9 @@ use crate::reconcile::{Categorized, HEALTH_FIELD_MANAGER, Plumbing};
 
 /// The `kind` label of the writer's reconcile metrics.
 pub const KIND: &str = "EndpointHealth";
+
+/// How long publishing an operational event may take.
+const OPERATIONAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -61,6 +65,8 @@ pub struct Parts {
     pub plumbing: Plumbing<Cached>,
     pub health: Arc<Board>,
     pub states: Arc<EndpointStates>,
+    /// Where operational events go (the event store).
+    pub js: async_nats::jetstream::Context,
 }
 
 impl Parts {
@@ -69,12 +75,14 @@ impl Parts {
             plumbing,
             health,
             states,
+            js,
         } = self;
         Context {
             plumbing,
             health,
             states,
             endpoints,
+            js,
         }
     }
 }
@@ -86,6 +94,7 @@ pub struct Context {
     /// The endpoint controller's store, to check an endpoint still exists before it is
     /// counted.
     endpoints: Store<Guarded>,
+    js: async_nats::jetstream::Context,
 }
 
 /// Runs the health writer until `stop` resolves: on the endpoint controller's shared
@@ -175,13 +184,22 @@ async fn render_and_patch(
 }
 
 /// `Disabled` (Warning) and `Recovered` (Normal) Events when the `Disabled` condition
-/// flips.
+/// flips, and the operational events of the transition into the tenant's namespace
+/// (`herald_core::operational`).
 async fn announce(
     obj: &WebhookEndpoint,
     old: &WebhookEndpointStatus,
     new: &WebhookEndpointStatus,
     ctx: &Context,
 ) {
+    let ns = obj.namespace().unwrap_or_default();
+    for event in operational::endpoint_transitions(&ns, &obj.name_any(), old, new) {
+        // A new leader rendering the same transition publishes the same message id,
+        // which the event store drops as a duplicate.
+        if let Err(error) = event.publish(&ctx.js, OPERATIONAL_TIMEOUT).await {
+            tracing::warn!(namespace = ns, endpoint = obj.name_any(), event_type = event.event_type, %error, "could not publish an operational event");
+        }
+    }
     fn disabled(s: &WebhookEndpointStatus) -> Option<&Condition> {
         conditions::find(&s.conditions, condition::DISABLED).filter(|c| c.status == "True")
     }
