@@ -7,7 +7,8 @@
 #   - applies the tenant examples (examples/demo: examples/tenant pointed at the receiver,
 #     plus an endpoint that always fails) into namespace `shop`;
 #   - publishes events with herald-producer and shows what a tenant sees: live status,
-#     the delivery log, and the failing endpoint's circuit opening;
+#     the delivery log, and the failing endpoint's circuit opening (and the operational
+#     event about it reaching the tenant's alerts endpoint);
 #   - starts herald-api and, as a tenant (a ServiceAccount token, a namespaced Role),
 #     uses the kubectl plugin: the delivery log, a delivery's attempts, a dry-run replay
 #     and a replay that sends.
@@ -180,6 +181,11 @@ show "$bin/herald-delivery-log" -n "$ns" -e failing --last 8
 
 say "The failing endpoint: Degraded, circuit Open"
 show kubectl get whe -n "$ns" failing -o jsonpath='{"state: "}{.status.state}{"   circuit: "}{.status.circuit}{"\n"}{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'
+
+say "Operational events: the tenant's own 'alerts' endpoint (eventTypes herald.*) heard it, as a signed webhook"
+alerted() { grep -q '^/alerts .*herald.endpoint.degraded' "$dir/receiver.log"; }
+wait_for "herald.endpoint.degraded at /alerts" 60 alerted
+grep '^/alerts ' "$dir/receiver.log" | head -5
 
 say "Starting herald-api, Herald's HTTP API (log: $dir/api.log)"
 start api "$bin/herald-api" --nats-url "$nats" --listen 127.0.0.1:0 --kubeconfig "$KUBECONFIG"
