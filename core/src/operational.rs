@@ -157,9 +157,9 @@ fn data(value: impl Serialize) -> Value {
     serde_json::to_value(value).unwrap_or_default()
 }
 
-/// Whether `event_type` is one of Herald's own.
+/// Whether `event_type` is one of Herald's own: its first segment is `herald`.
 pub fn is_operational(event_type: &str) -> bool {
-    event_type.starts_with(TYPE_PREFIX)
+    event_type.split('.').next() == Some("herald")
 }
 
 /// One operational event, ready to publish.

@@ -8,10 +8,16 @@
 //! - `*` in the middle matches exactly one segment (`order.*.shipped`);
 //! - `*` as the last segment matches one or more segments (`order.*` matches
 //!   `order.created` and `order.item.added`, not `order`);
-//! - a lone `*` matches every event type.
+//! - a lone `*` matches every event type except Herald's own operational events
+//!   (`herald.…`, `crate::operational`): those are matched only by patterns whose first
+//!   segment is the literal `herald` (`herald.*`, `herald.endpoint.disabled`), so an
+//!   endpoint that takes everything does not start receiving them unasked.
 
 use std::fmt;
 use std::str::FromStr;
+
+/// The first segment of Herald's operational event types.
+const OPERATIONAL_SEGMENT: &str = "herald";
 
 /// The regular expression the CRD schema enforces on event types.
 pub const EVENT_TYPE_REGEX: &str = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$";
@@ -116,6 +122,11 @@ impl Pattern {
             let Some(part) = parts.next() else {
                 return false;
             };
+            // Herald's operational events (`herald.…`) are matched only by patterns
+            // that name them, never by a wildcard first segment.
+            if i == 0 && part == OPERATIONAL_SEGMENT && matches!(segment, Segment::Wildcard) {
+                return false;
+            }
             match segment {
                 Segment::Wildcard if i == last => return true,
                 Segment::Wildcard => {}
@@ -205,6 +216,21 @@ mod tests {
         assert!(pattern.matches("order.eu.shipped"));
         assert!(!pattern.matches("order.shipped"));
         assert!(!pattern.matches("order.eu.west.shipped"));
+    }
+
+    #[test]
+    fn operational_events_are_matched_only_by_patterns_that_name_them() {
+        for (pattern, ty, matched) in [
+            ("*", "herald.endpoint.disabled", false),
+            ("*.endpoint.disabled", "herald.endpoint.disabled", false),
+            ("herald.*", "herald.endpoint.disabled", true),
+            ("herald.endpoint.*", "herald.delivery.dead", false),
+            ("herald.endpoint.disabled", "herald.endpoint.disabled", true),
+            ("*", "heralds.x", true),
+            ("*", "order.herald", true),
+        ] {
+            assert_eq!(p(pattern).matches(ty), matched, "{pattern} {ty}");
+        }
     }
 
     #[test]

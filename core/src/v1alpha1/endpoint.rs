@@ -68,7 +68,8 @@ pub struct WebhookEndpointSpec {
     /// Event types this endpoint receives. Each entry is an exact type such as
     /// `order.created`, or a pattern: `*` as a segment matches exactly one segment
     /// (`order.*.shipped`), `*` as the last segment matches one or more (`order.*`), and a
-    /// lone `*` matches every type.
+    /// lone `*` matches every type except Herald's operational events (`herald.…`), which
+    /// only patterns starting with `herald.` receive (e.g. `herald.*`).
     #[schemars(schema_with = "schema::event_type_patterns")]
     pub event_types: Vec<String>,
 

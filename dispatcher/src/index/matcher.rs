@@ -152,12 +152,18 @@ impl Namespace {
         }
         let mut reached: Vec<&Node> = vec![&self.wildcards];
         let mut next: Vec<&Node> = Vec::new();
-        for segment in event_type.split('.') {
+        // Herald's operational events are matched only by patterns that name them
+        // (`herald.…`), never by a wildcard in the first segment (a lone `*`).
+        let operational = herald_core::operational::is_operational(event_type);
+        for (depth, segment) in event_type.split('.').enumerate() {
+            let first = depth == 0;
             for node in reached.drain(..) {
                 // At least this segment is left: trailing wildcards match.
-                lists.push(&node.tail);
+                if !(first && operational) {
+                    lists.push(&node.tail);
+                    next.extend(node.any.as_deref());
+                }
                 next.extend(node.children.get(segment));
-                next.extend(node.any.as_deref());
             }
             std::mem::swap(&mut reached, &mut next);
             if reached.is_empty() {

@@ -30,6 +30,21 @@ fn endpoints_are_indexed_by_namespace_and_removed_on_delete() {
     assert_eq!(index.matching("shop", "invoice.paid").unwrap().len(), 1);
     assert_eq!(index.matching("shop", "invoice.void").unwrap().len(), 2);
     index.apply("ep.shop.orders", None);
+    // Operational events only by patterns that name them: not by a lone `*`.
+    index.apply("ep.shop.ops", Some(&config("ops", &["herald.*"])));
+    let names = |ty: &str| {
+        let mut names: Vec<String> = index
+            .matching("shop", ty)
+            .unwrap()
+            .iter()
+            .map(|e| e.config.name.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names("herald.endpoint.disabled"), ["ops"]);
+    assert_eq!(names("invoice.void"), ["all", "paid"]);
+    index.apply("ep.shop.ops", None);
     index.apply("ep.shop.all", None);
     index.apply("ep.shop.paid", None);
     assert!(index.matching("shop", "order.created").is_none());
@@ -176,8 +191,12 @@ mod against_a_scan {
     const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 
     fn pattern() -> impl Strategy<Value = String> {
-        proptest::collection::vec(prop_oneof!["x", "y", "z", Just("*".to_owned())], 1..4)
-            .prop_map(|segments| segments.join("."))
+        // `herald`: operational event types, which a first-segment wildcard must not match.
+        proptest::collection::vec(
+            prop_oneof!["x", "y", "z", "herald", Just("*".to_owned())],
+            1..4,
+        )
+        .prop_map(|segments| segments.join("."))
     }
 
     /// Every event type over the segments the patterns use, up to four deep.
@@ -188,7 +207,7 @@ mod against_a_scan {
             all = all
                 .iter()
                 .flat_map(|prefix| {
-                    ["x", "y", "z", "w"].map(|s| {
+                    ["x", "y", "z", "w", "herald"].map(|s| {
                         if prefix.is_empty() {
                             s.to_owned()
                         } else {
