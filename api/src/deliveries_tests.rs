@@ -25,6 +25,8 @@ fn record(seq: u64, id: &str, attempt: u32, time_ms: u64, state: DeliveryState) 
             dead_reason: None,
             replay: None,
             event_type: Some("order.created".into()),
+            request_headers: Vec::new(),
+            response_headers: Vec::new(),
         },
     }
 }

@@ -23,7 +23,7 @@ use herald_core::envelope::{self, HeaderSize};
 use herald_core::pattern::Pattern;
 
 use crate::error::ApiError;
-use crate::store::Store;
+use crate::store::{Store, StoredEvent};
 
 /// The type of test events.
 pub const TEST_EVENT_TYPE: &str = "herald.test";
@@ -70,6 +70,28 @@ async fn publish(
     Ok(())
 }
 
+/// A stored event as fan-out validates it, with the body it delivers.
+fn parse_stored(
+    stored: &StoredEvent,
+    max_bytes: usize,
+) -> Result<envelope::Event, envelope::BadEvent> {
+    let published = jiff::Timestamp::from_millisecond(stored.published_ms as i64)
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    envelope::parse(
+        &stored.subject,
+        &stored.payload,
+        HeaderSize::of(Some(&stored.headers)),
+        published,
+        max_bytes,
+    )
+}
+
+/// The body every delivery of a stored event sends, `{"type","timestamp","data"}`;
+/// `None` for an event that was never deliverable.
+pub fn delivered_body(stored: &StoredEvent, max_bytes: usize) -> Option<bytes::Bytes> {
+    parse_stored(stored, max_bytes).ok().map(|event| event.body)
+}
+
 /// Queues stored event `id` for the endpoint again.
 pub async fn redeliver(
     store: &Store,
@@ -83,16 +105,7 @@ pub async fn redeliver(
         .event(ns, id)
         .await?
         .ok_or_else(|| event_not_found(ns, id))?;
-    let published = jiff::Timestamp::from_millisecond(stored.published_ms as i64)
-        .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    let event = envelope::parse(
-        &stored.subject,
-        &stored.payload,
-        HeaderSize::of(Some(&stored.headers)),
-        published,
-        max_bytes,
-    )
-    .map_err(|e| {
+    let event = parse_stored(&stored, max_bytes).map_err(|e| {
         ApiError::new(
             axum::http::StatusCode::CONFLICT,
             "EventNotDeliverable",
@@ -210,6 +223,8 @@ mod tests {
             dead_reason: None,
             replay: None,
             event_type: None,
+            request_headers: Vec::new(),
+            response_headers: Vec::new(),
         };
         let (a, b, c) = (event_id(100, 1), event_id(200, 2), event_id(300, 3));
         let mut newest = Newest::default();

@@ -207,6 +207,16 @@ pub async fn get_delivery(
                 response: r.response.clone(),
                 state: Some(r.state.into()),
                 next_attempt_time: r.next_attempt_ms.map(time::from_ms),
+                request_headers: r
+                    .request_headers
+                    .iter()
+                    .map(wire::HeaderField::from_pair)
+                    .collect(),
+                response_headers: r
+                    .response_headers
+                    .iter()
+                    .map(wire::HeaderField::from_pair)
+                    .collect(),
             }
         })
         .collect();
@@ -218,16 +228,25 @@ pub async fn get_delivery(
     let Some(delivery) = deliveries::summarize(records, queued, &at, now_ms()).pop() else {
         return Err(no_delivery(&ns, &name, &event_id));
     };
-    let event_type = match delivery.event_type {
-        Some(ty) => Some(ty),
-        None => stored_type(store, &ns, &event_id).await?,
-    };
+    // The event as delivered: its type when the log did not say, and the body.
+    let stored = store.event(&ns, &event_id).await?;
+    let event_type = delivery.event_type.or_else(|| {
+        stored
+            .as_ref()
+            .and_then(|e| herald_core::dataplane::parse_event_subject(&e.subject))
+            .map(|(_, ty)| ty.to_owned())
+    });
+    let request_body = stored
+        .as_ref()
+        .and_then(|e| crate::enqueue::delivered_body(e, app.settings.max_event_bytes))
+        .map(|body| wire::RequestBody::of(&body));
     Ok(Json(wire::DeliveryDetail {
         event_id: delivery.event_id,
         event_type,
         state: delivery.state,
         next_attempt_time: delivery.next_attempt_time,
         attempts,
+        request_body,
         truncated: scan.truncated(),
     })
     .into_response())

@@ -225,6 +225,22 @@ mod tests {
             response: String::new(),
             state: Some(DeliveryState::Dead.into()),
             next_attempt_time: at.filter(|_| set),
+            request_headers: if set {
+                vec![herald_core::api::HeaderField {
+                    name: "webhook-signature".into(),
+                    value: "v1,[redacted]".into(),
+                }]
+            } else {
+                Vec::new()
+            },
+            response_headers: if set {
+                vec![herald_core::api::HeaderField {
+                    name: "content-type".into(),
+                    value: "text/plain".into(),
+                }]
+            } else {
+                Vec::new()
+            },
         };
         let answers: Vec<(&str, String, u16, Value)> = [true, false]
             .into_iter()
@@ -244,6 +260,7 @@ mod tests {
                     state: State::Dead.into(),
                     next_attempt_time: at.filter(|_| set),
                     attempts: vec![attempt(set)],
+                    request_body: set.then(|| herald_core::api::RequestBody::of(b"{}")),
                     truncated: truncated.clone(),
                 };
                 [

@@ -163,6 +163,62 @@ pub struct Attempt {
     pub state: Option<Lenient<DeliveryState>>,
     #[serde(default, with = "time::option")]
     pub next_attempt_time: Option<Timestamp>,
+    /// The request's headers as sent: the signature cut to its versions, credentials
+    /// redacted (absent from older answers and when nothing was sent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub request_headers: Vec<HeaderField>,
+    /// The response's headers (the first 16, 1 KiB at most), credentials redacted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub response_headers: Vec<HeaderField>,
+}
+
+/// One HTTP header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeaderField {
+    pub name: String,
+    pub value: String,
+}
+
+impl HeaderField {
+    /// From a logged `(name, value)` pair.
+    pub fn from_pair((name, value): &(String, String)) -> Self {
+        Self {
+            name: name.clone(),
+            value: value.clone(),
+        }
+    }
+}
+
+/// The body every attempt of a delivery sent: the event as delivered,
+/// `{"type","timestamp","data"}`, its first [`REQUEST_BODY_BYTES`] bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestBody {
+    pub body: String,
+    /// The whole body's size.
+    pub bytes: u64,
+    /// `body` is the start of a longer body.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// How much of a request body a delivery's detail shows.
+pub const REQUEST_BODY_BYTES: usize = 4096;
+
+impl RequestBody {
+    /// The first [`REQUEST_BODY_BYTES`] of `body`, cut at a character boundary.
+    pub fn of(body: &[u8]) -> Self {
+        let text = String::from_utf8_lossy(body);
+        let mut end = text.len().min(REQUEST_BODY_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Self {
+            body: text[..end].to_owned(),
+            bytes: body.len() as u64,
+            truncated: end < text.len(),
+        }
+    }
 }
 
 /// One delivery with every attempt, oldest first.
@@ -177,6 +233,10 @@ pub struct DeliveryDetail {
     pub next_attempt_time: Option<Timestamp>,
     #[serde(default)]
     pub attempts: Vec<Attempt>,
+    /// What every attempt sent as its body; absent when the event is no longer stored
+    /// (past the store's retention).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_body: Option<RequestBody>,
     /// Set when the request reached the most it may read of the log: attempts logged
     /// before `readBackTo` are not shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -343,6 +403,11 @@ mod tests {
             response: "oops".into(),
             state: Some(DeliveryState::Retrying.into()),
             next_attempt_time: Some(at(1_764_583_205_000)),
+            request_headers: vec![HeaderField::from_pair(&(
+                "webhook-signature".into(),
+                "v1,[redacted]".into(),
+            ))],
+            response_headers: Vec::new(),
         };
         let detail = DeliveryDetail {
             event_id: "msg_1".into(),
@@ -350,11 +415,16 @@ mod tests {
             state: State::Dead.into(),
             next_attempt_time: None,
             attempts: vec![attempt],
+            request_body: Some(RequestBody::of("é".repeat(REQUEST_BODY_BYTES).as_bytes())),
             truncated: Some(Truncated {
                 limit: Limit::Time.into(),
                 read_back_to: Some(at(1_764_583_000_000)),
             }),
         };
+        let cut = RequestBody::of("é".repeat(REQUEST_BODY_BYTES).as_bytes());
+        assert!(cut.truncated && cut.body.len() <= REQUEST_BODY_BYTES);
+        assert_eq!(cut.bytes, 2 * REQUEST_BODY_BYTES as u64);
+        assert!(!RequestBody::of(b"{}").truncated);
         fn round_trip<T: Serialize + DeserializeOwned + PartialEq + fmt::Debug>(value: T) {
             let json = serde_json::to_value(&value).unwrap();
             assert_eq!(serde_json::from_value::<T>(json).unwrap(), value);

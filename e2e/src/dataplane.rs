@@ -59,6 +59,8 @@ pub fn failed_record(
         dead_reason: None,
         replay: None,
         event_type: Some(event_type.into()),
+        request_headers: Vec::new(),
+        response_headers: Vec::new(),
     }
 }
 

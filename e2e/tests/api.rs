@@ -501,6 +501,36 @@ async fn the_log_shows_each_state_and_redelivery_sends_the_same_ids() {
     assert_eq!(detail["state"], "dead");
     assert_eq!(detail["attempts"][0]["status"], 400);
     assert_eq!(detail["attempts"][0]["outcome"], "HttpError");
+    // What exactly was sent and what came back: the body the attempt sent (the event as
+    // delivered), its headers with the signature redacted, the response's headers.
+    let body = detail["requestBody"]["body"].as_str().unwrap_or_default();
+    let sent: serde_json::Value = serde_json::from_str(body).expect("the body sent is JSON");
+    assert_eq!(sent["type"], detail["type"], "{detail}");
+    assert!(
+        sent.get("timestamp").is_some() && sent.get("data").is_some(),
+        "{body}"
+    );
+    let header = |list: &str, name: &str| {
+        detail["attempts"][0][list]
+            .as_array()
+            .and_then(|h| h.iter().find(|h| h["name"] == name))
+            .and_then(|h| h["value"].as_str())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        header("requestHeaders", "webhook-signature").as_deref(),
+        Some("v1,[redacted]"),
+        "{detail}"
+    );
+    assert_eq!(
+        header("requestHeaders", "webhook-id").as_deref(),
+        Some(id.as_str()),
+        "{detail}"
+    );
+    assert!(
+        header("responseHeaders", "content-length").is_some(),
+        "{detail}"
+    );
     let unseen = herald_core::dataplane::event_id(1, 1);
     api.call(
         Method::GET,

@@ -134,6 +134,36 @@ pub fn attempts_table(attempts: &[Attempt], now: Timestamp, wide: bool) -> Table
     table
 }
 
+/// What was sent and what came back, below the attempts table with `-o wide`: the body
+/// every attempt sent, and each attempt's request and response headers.
+pub fn exchange_text(d: &DeliveryDetail) -> String {
+    let mut text = String::new();
+    if let Some(body) = &d.request_body {
+        let cut = if body.truncated { ", first 4 KiB" } else { "" };
+        text.push_str(&format!(
+            "\nRequest body ({} bytes{cut}):\n{}\n",
+            body.bytes, body.body
+        ));
+    }
+    let mut attempts = d.attempts.clone();
+    attempts.sort_by_key(|a| a.attempt);
+    for a in &attempts {
+        for (what, headers) in [
+            ("request", &a.request_headers),
+            ("response", &a.response_headers),
+        ] {
+            if headers.is_empty() {
+                continue;
+            }
+            text.push_str(&format!("\nAttempt {} {what} headers:\n", a.attempt));
+            for h in headers {
+                text.push_str(&format!("  {}: {}\n", h.name, h.value));
+            }
+        }
+    }
+    text
+}
+
 /// The heading above the attempts table.
 pub fn delivery_heading(d: &DeliveryDetail, endpoint: &str) -> String {
     format!(
@@ -259,6 +289,9 @@ pub async fn attempts(
             attempts_table(&detail.attempts, Timestamp::now(), output.wide()).render()
         );
     }
+    if output.wide() {
+        print!("{}", exchange_text(&detail));
+    }
     if let Some(truncated) = &detail.truncated {
         eprintln!("{}", truncated_note(truncated));
     }
@@ -355,6 +388,42 @@ mod tests {
     }
 
     #[test]
+    fn wide_shows_what_was_sent_and_what_came_back() {
+        let header = |name: &str, value: &str| crate::api::HeaderField {
+            name: name.into(),
+            value: value.into(),
+        };
+        let detail: DeliveryDetail = serde_json::from_value(serde_json::json!({
+            "eventId": "msg_1", "type": "order.created", "state": "retrying",
+            "attempts": [{
+                "attempt": 1, "time": "2026-12-01T11:00:00Z", "outcome": "HttpError",
+                "status": 503, "latencyMs": 3, "response": "busy",
+                "requestHeaders": [{"name": "webhook-signature", "value": "v1,[redacted]"}],
+                "responseHeaders": [{"name": "retry-after", "value": "5"}]
+            }],
+            "requestBody": {"body": "{\"type\":\"order.created\"}", "bytes": 24}
+        }))
+        .unwrap();
+        assert_eq!(
+            detail.attempts[0].request_headers,
+            [header("webhook-signature", "v1,[redacted]")]
+        );
+        let text = exchange_text(&detail);
+        assert!(
+            text.contains("Request body (24 bytes):\n{\"type\":\"order.created\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Attempt 1 request headers:\n  webhook-signature: v1,[redacted]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Attempt 1 response headers:\n  retry-after: 5"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn attempts_are_sorted_and_responses_cut_unless_wide() {
         let now = at("2026-12-01T12:00:00Z");
         let attempt = |n, response: &str| Attempt {
@@ -366,6 +435,8 @@ mod tests {
             response: response.into(),
             state: None,
             next_attempt_time: None,
+            request_headers: Vec::new(),
+            response_headers: Vec::new(),
         };
         let long = "x".repeat(100);
         let attempts = [attempt(2, &long), attempt(1, "busy\n")];

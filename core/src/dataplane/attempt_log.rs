@@ -148,6 +148,8 @@ mod tests {
             dead_reason: None,
             replay: None,
             event_type: None,
+            request_headers: vec![("webhook-id".into(), id.into())],
+            response_headers: Vec::new(),
         }
     }
 
@@ -159,6 +161,7 @@ mod tests {
             dead_reason: Some(DeadReason::FinalStatus),
             replay: Some("r-uid".into()),
             event_type: Some("order.created".into()),
+            response_headers: vec![("content-type".into(), "text/plain".into())],
             ..record("msg_a", DeliveryState::Dead)
         };
         let records = vec![

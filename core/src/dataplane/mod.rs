@@ -21,8 +21,8 @@ pub use dead_letter::DeadLetter;
 pub use lane::{LaneError, LaneMessage, Origin};
 pub use records::{
     AttemptOutcome, AttemptRecord, DeadReason, DeliveryState, DisabledReason, EndpointConfig,
-    EndpointHealth, Hold, KeySet, LastAttempt, LastingState, ReplayProgress, ReplayRequest,
-    TenantPolicy, TlsMaterial,
+    EndpointHealth, Hold, KeySet, LastAttempt, LastingState, MAX_RESPONSE_HEADER_BYTES,
+    MAX_RESPONSE_HEADERS, ReplayProgress, ReplayRequest, TenantPolicy, TlsMaterial,
 };
 
 /// Ingest stream: the event store and the replay source.

@@ -359,8 +359,8 @@ pub enum DeadReason {
 }
 
 /// One attempt-log record, written by the dispatcher as JSON lines (batched per
-/// endpoint) to `herald.attempts.<ns>.<name>`. No request or response headers, so no
-/// secret or auth header can end up here.
+/// endpoint) to `herald.attempts.<ns>.<name>`. Headers are kept with credentials and the
+/// signature redacted, so no secret or auth header value can end up here.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AttemptRecord {
@@ -388,7 +388,22 @@ pub struct AttemptRecord {
     /// logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_type: Option<String>,
+    /// The request's headers as sent, `[name, value]`: Herald's (the signature cut to its
+    /// versions, `v1,[redacted]`) and the endpoint's (credentials `[redacted]`). Absent
+    /// when nothing was sent (the address was refused) and in records written before
+    /// they were logged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub request_headers: Vec<(String, String)>,
+    /// The response's headers, `[name, value]`: the first [`MAX_RESPONSE_HEADERS`], at
+    /// most [`MAX_RESPONSE_HEADER_BYTES`] together, credentials `[redacted]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub response_headers: Vec<(String, String)>,
 }
+
+/// Most response headers an attempt record keeps.
+pub const MAX_RESPONSE_HEADERS: usize = 16;
+/// Most bytes of response headers (names and values) an attempt record keeps.
+pub const MAX_RESPONSE_HEADER_BYTES: usize = 1024;
 
 /// What a dispatcher reports about one endpoint. Stored under `ep.<key>` in
 /// [`HEALTH_BUCKET`](super::HEALTH_BUCKET), at most once per endpoint per reporting

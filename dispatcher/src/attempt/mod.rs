@@ -24,6 +24,10 @@ pub struct AttemptResult {
     pub snippet: String,
     /// The receiver's `Retry-After`, when it sent one.
     pub retry_after: Option<Duration>,
+    /// The request's headers as sent, redacted (`herald_core::dataplane::AttemptRecord`).
+    pub request_headers: Vec<(String, String)>,
+    /// The response's headers, bounded and redacted.
+    pub response_headers: Vec<(String, String)>,
 }
 
 impl AttemptResult {
@@ -35,6 +39,8 @@ impl AttemptResult {
             latency,
             snippet,
             retry_after: None,
+            request_headers: Vec::new(),
+            response_headers: Vec::new(),
         }
     }
 

@@ -14,6 +14,8 @@ fn result(outcome: AttemptOutcome, status: Option<u16>) -> AttemptResult {
         latency: Duration::from_millis(5),
         snippet: String::new(),
         retry_after: None,
+        request_headers: Vec::new(),
+        response_headers: Vec::new(),
     }
 }
 

@@ -115,5 +115,7 @@ pub(super) fn record(
         dead_reason,
         replay: item.replay.clone(),
         event_type: herald_core::envelope::body_type(&item.body).map(str::to_owned),
+        request_headers: result.request_headers.clone(),
+        response_headers: result.response_headers.clone(),
     }
 }

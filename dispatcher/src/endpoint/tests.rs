@@ -118,6 +118,8 @@ pub(super) fn response(outcome: Outcome, status: Option<u16>, latency_ms: u64) -
         latency: Duration::from_millis(latency_ms),
         snippet: String::new(),
         retry_after: None,
+        request_headers: Vec::new(),
+        response_headers: Vec::new(),
     }
 }
 

@@ -202,6 +202,7 @@ pub struct Attempt<'a> {
 struct Answer<B> {
     status: u16,
     retry_after: Option<Duration>,
+    headers: hyper::HeaderMap,
     body: B,
 }
 
@@ -235,6 +236,12 @@ pub async fn send(client: &Client, policy: &AddressPolicy, attempt: Attempt<'_>)
         signature: &signature,
         attempt: &attempt,
     };
+    let request_headers = redact::request_headers(
+        [("user-agent", USER_AGENT.to_owned())]
+            .into_iter()
+            .chain(signed.headers()),
+        attempt.headers,
+    );
     let no_proxy = |proxy: &ProxyDef| {
         // Every configured proxy has a client (`build`); kept as a failure, not a panic.
         (
@@ -276,10 +283,12 @@ pub async fn send(client: &Client, policy: &AddressPolicy, attempt: Attempt<'_>)
         Ok(Ok(answer)) => answered(answer, started, &attempt, &secrets).await,
         Ok(Err(failure)) | Err(failure) => Err(failure),
     };
-    match answered {
+    let mut result = match answered {
         Ok(result) => result,
         Err((outcome, snippet)) => fail(outcome, snippet),
-    }
+    };
+    result.request_headers = request_headers;
+    result
 }
 
 /// A request about to go out.
@@ -344,13 +353,12 @@ where
         Ok(Err(e)) => return Err(request_error(&e)),
         Ok(Ok(response)) => response,
     };
+    let (parts, body) = response.into_parts();
     Ok(Answer {
-        status: response.status().as_u16(),
-        retry_after: retry_after(response.headers(), signed.now),
-        body: TimedBody {
-            body: response.into_body(),
-            deadline,
-        },
+        status: parts.status.as_u16(),
+        retry_after: retry_after(&parts.headers, signed.now),
+        headers: parts.headers,
+        body: TimedBody { body, deadline },
     })
 }
 
@@ -369,6 +377,7 @@ async fn answered(
     secrets: &[&str],
 ) -> Result<AttemptResult, (Outcome, String)> {
     let latency = started.elapsed();
+    let response_headers = redact::response_headers(&answer.headers, secrets);
     let snippet = read_snippet(answer.body, attempt.redact_fields, secrets).await;
     Ok(AttemptResult {
         outcome: Outcome::of_status(answer.status),
@@ -376,6 +385,9 @@ async fn answered(
         latency,
         snippet,
         retry_after: answer.retry_after,
+        // Set by `send`, which built the request.
+        request_headers: Vec::new(),
+        response_headers,
     })
 }
 

@@ -1,7 +1,10 @@
-//! What the attempt log keeps of a response: the first kilobyte, with the request's
-//! secrets and the endpoint's `redactResponseFields` replaced before it is cut.
+//! What the attempt log keeps of a request and its response: the request's headers with
+//! the signature and credentials redacted, the response's headers (bounded) and the first
+//! kilobyte of its body, with the request's secrets and the endpoint's
+//! `redactResponseFields` replaced before it is cut.
 
 use bytes::Bytes;
+use herald_core::dataplane::{MAX_RESPONSE_HEADER_BYTES, MAX_RESPONSE_HEADERS};
 use herald_core::v1alpha1::Header;
 
 /// Bytes of the response body kept in the attempt log.
@@ -117,6 +120,63 @@ pub(crate) fn secrets<'a>(headers: &'a [Header], signature: &'a str) -> Vec<&'a 
     secrets
 }
 
+/// The request's headers as the attempt log keeps them: the signature cut to its
+/// versions (`v1,[redacted] v1a,[redacted]`), the values of headers from Secrets and of
+/// credential-like names replaced.
+pub(crate) fn request_headers<'a>(
+    sent: impl Iterator<Item = (&'a str, String)>,
+    custom: &[Header],
+) -> Vec<(String, String)> {
+    sent.map(|(name, value)| {
+        let value = if name.eq_ignore_ascii_case("webhook-signature") {
+            value
+                .split(' ')
+                .filter_map(|entry| {
+                    entry
+                        .split_once(',')
+                        .map(|(version, _)| format!("{version},{REDACTED}"))
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        } else if custom
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case(name) && (h.is_secret() || is_sensitive(name)))
+        {
+            REDACTED.to_owned()
+        } else {
+            value
+        };
+        (name.to_owned(), value)
+    })
+    .collect()
+}
+
+/// The response's headers as the attempt log keeps them: the first
+/// [`MAX_RESPONSE_HEADERS`], at most [`MAX_RESPONSE_HEADER_BYTES`] together, the values
+/// of `set-cookie` and credential-like names replaced, and the request's `secrets`
+/// (a receiver echoing them in a header) too.
+pub(crate) fn response_headers(
+    headers: &hyper::HeaderMap,
+    secrets: &[&str],
+) -> Vec<(String, String)> {
+    let mut kept = Vec::new();
+    let mut bytes = 0;
+    for (name, value) in headers.iter().take(MAX_RESPONSE_HEADERS) {
+        let name = name.as_str();
+        let value = if name == "set-cookie" || is_sensitive(name) {
+            REDACTED.to_owned()
+        } else {
+            redact(&String::from_utf8_lossy(value.as_bytes()), secrets)
+        };
+        bytes += name.len() + value.len();
+        if bytes > MAX_RESPONSE_HEADER_BYTES {
+            break;
+        }
+        kept.push((name.to_owned(), value));
+    }
+    kept
+}
+
 /// `text` with every secret replaced, cut to [`SNIPPET_BYTES`] at a character boundary.
 pub(crate) fn redact(text: &str, secrets: &[&str]) -> String {
     let mut text = text.to_owned();
@@ -181,6 +241,38 @@ mod tests {
         assert!(snippet.ends_with("p[reda"), "{snippet}");
         // Cut at a character boundary.
         assert_eq!(redact(&"é".repeat(SNIPPET_BYTES), &[]).len(), SNIPPET_BYTES);
+    }
+
+    #[test]
+    fn response_headers_are_bounded_and_credentials_redacted() {
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert("set-cookie", "session=abc".parse().unwrap());
+        headers.insert("x-api-key", "k-9".parse().unwrap());
+        headers.insert("x-echo", "Bearer abc123 seen".parse().unwrap());
+        headers.insert("content-type", "text/plain".parse().unwrap());
+        let kept = response_headers(&headers, &["Bearer abc123"]);
+        let value = |name: &str| {
+            kept.iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(value("set-cookie"), Some(REDACTED));
+        assert_eq!(value("x-api-key"), Some(REDACTED));
+        assert_eq!(value("x-echo"), Some("[redacted] seen"));
+        assert_eq!(value("content-type"), Some("text/plain"));
+        let mut many = hyper::HeaderMap::new();
+        for i in 0..40 {
+            let name = hyper::header::HeaderName::from_bytes(format!("x-h{i}").as_bytes()).unwrap();
+            many.insert(name, "v".repeat(100).parse().unwrap());
+        }
+        let kept = response_headers(&many, &[]);
+        let bytes: usize = kept.iter().map(|(n, v)| n.len() + v.len()).sum();
+        assert!(
+            kept.len() <= MAX_RESPONSE_HEADERS && bytes <= MAX_RESPONSE_HEADER_BYTES,
+            "{} headers, {bytes} bytes",
+            kept.len()
+        );
+        assert!(!kept.is_empty());
     }
 
     fn fields(pointers: &[&str]) -> Vec<String> {

@@ -19,7 +19,9 @@ use url::Url;
 use crate::context::{Context, ContextError};
 
 mod types;
-pub use types::{Attempt, Delivery, DeliveryDetail, Lenient, Page, Query, Queued, Redrive, State};
+pub use types::{
+    Attempt, Delivery, DeliveryDetail, HeaderField, Lenient, Page, Query, Queued, Redrive, State,
+};
 
 /// Where the bearer token comes from.
 #[derive(Clone)]

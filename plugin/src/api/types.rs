@@ -6,7 +6,7 @@
 use jiff::Timestamp;
 
 pub use herald_core::api::{
-    Attempt, Delivery, DeliveryDetail, Lenient, Page, Queued, Redrive, State,
+    Attempt, Delivery, DeliveryDetail, HeaderField, Lenient, Page, Queued, Redrive, State,
 };
 
 /// Filters of the delivery log.

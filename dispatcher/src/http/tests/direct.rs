@@ -234,23 +234,39 @@ async fn an_echoed_request_is_logged_without_its_credentials() {
         Header::literal("X-Tenant", "shop"),
     ];
     let url = format!("http://127.0.0.1:{port}/");
-    let result = send(
-        &http,
-        &policy,
-        Attempt {
-            url: &url,
-            event_id: "msg_1",
-            body: Bytes::from_static(b"{}"),
-            keys: &keys,
-            headers: &headers,
-            timeout: Duration::from_secs(5),
-            redact_fields: &[],
-            proxy: None,
-            tls: None,
-        },
-    )
-    .await;
+    let attempt = Attempt {
+        headers: &headers,
+        ..attempt_to(&url, &keys)
+    };
+    let result = send(&http, &policy, attempt).await;
     assert_eq!(result.outcome, Outcome::Success, "{}", result.snippet);
+    // What was sent, as the log keeps it: the signature cut to its version, the
+    // credential redacted, the rest as sent.
+    let sent: Vec<(&str, &str)> = result
+        .request_headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    assert!(
+        sent.contains(&("webhook-signature", "v1,[redacted]")),
+        "{sent:?}"
+    );
+    assert!(sent.contains(&("Authorization", "[redacted]")), "{sent:?}");
+    assert!(sent.contains(&("X-Tenant", "shop")), "{sent:?}");
+    assert!(sent.contains(&("webhook-id", "msg_1")), "{sent:?}");
+    assert!(
+        sent.iter()
+            .any(|(n, v)| *n == "user-agent" && v.starts_with("Herald/")),
+        "{sent:?}"
+    );
+    // And what came back.
+    assert!(
+        result
+            .response_headers
+            .contains(&("connection".to_owned(), "close".to_owned())),
+        "{:?}",
+        result.response_headers
+    );
     let snippet = &result.snippet;
     assert!(snippet.len() <= SNIPPET_BYTES);
     assert!(
