@@ -73,6 +73,10 @@ bench-isolation: e2e-tools ## The isolation scenarios alone, 10 rounds: docs/ben
 	cargo build --release -p herald-e2e --bins
 	$(CARGO_TARGET_DIR)/release/herald-bench --scenarios isolation,isolation-scale,burst --runs $(or $(ROUNDS),10) --report docs/bench/isolation.md --plots docs/bench/isolation $(BENCH_FLAGS)
 
+.PHONY: replay-bulk
+replay-bulk: e2e-tools ## The bulk replay test at its full size: 50,000 events at 200/s (about 5 minutes; make test runs 20,000)
+	HERALD_REPLAY_BULK_EVENTS=50000 cargo test -p herald-e2e --test replay a_bulk_replay -- --nocapture
+
 .PHONY: bench-smoke
 bench-smoke: e2e-tools ## Every benchmark scenario at a tiny size, once; fails unless each delivered everything (the e2e test bench.rs runs the same)
 	cargo build --release -p herald-e2e --bins
