@@ -233,8 +233,7 @@ pub async fn get_delivery(
     let event_type = delivery.event_type.or_else(|| {
         stored
             .as_ref()
-            .and_then(|e| herald_core::dataplane::parse_event_subject(&e.subject))
-            .map(|(_, ty)| ty.to_owned())
+            .and_then(crate::store::StoredEvent::event_type)
     });
     let request_body = stored
         .as_ref()
@@ -268,9 +267,9 @@ async fn stored_type(
     event_id: &str,
 ) -> Result<Option<String>, ApiError> {
     let stored = store.event(namespace, event_id).await?;
-    Ok(stored.and_then(|e| {
-        herald_core::dataplane::parse_event_subject(&e.subject).map(|(_, ty)| ty.to_owned())
-    }))
+    Ok(stored
+        .as_ref()
+        .and_then(crate::store::StoredEvent::event_type))
 }
 
 pub async fn create_event(

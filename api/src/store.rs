@@ -172,6 +172,13 @@ pub struct StoredEvent {
     pub published_ms: u64,
 }
 
+impl StoredEvent {
+    /// The event's type, from its subject.
+    pub fn event_type(&self) -> Option<String> {
+        parse_event_subject(&self.subject).map(|(_, ty)| ty.to_owned())
+    }
+}
+
 fn published_ms(time: async_nats::datetime::DateTime) -> u64 {
     (time.unix_timestamp_nanos() / 1_000_000).max(0) as u64
 }

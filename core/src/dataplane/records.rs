@@ -358,6 +358,16 @@ pub enum DeadReason {
     RetriesExhausted,
 }
 
+impl DeadReason {
+    /// The serialized name (as in the attempt log and `herald.delivery.dead`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FinalStatus => "FinalStatus",
+            Self::RetriesExhausted => "RetriesExhausted",
+        }
+    }
+}
+
 /// One attempt-log record, written by the dispatcher as JSON lines (batched per
 /// endpoint) to `herald.attempts.<ns>.<name>`. Headers are kept with credentials and the
 /// signature redacted, so no secret or auth header value can end up here.
@@ -483,6 +493,13 @@ pub struct LastAttempt {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn dead_reasons_name_their_serialized_form() {
+        for reason in [DeadReason::FinalStatus, DeadReason::RetriesExhausted] {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+        }
+    }
 
     #[test]
     fn keysets_never_print_keys() {

@@ -9,6 +9,16 @@ fn config(name: &str, types: &[&str]) -> Vec<u8> {
     .unwrap()
 }
 
+/// The names of the endpoints of `namespace` that `event_type` matches, sorted; `None`
+/// when the namespace has no endpoints.
+fn matched(index: &Index, namespace: &str, event_type: &str) -> Option<Vec<String>> {
+    index.matching(namespace, event_type).map(|found| {
+        let mut names: Vec<String> = found.iter().map(|e| e.config.name.clone()).collect();
+        names.sort();
+        names
+    })
+}
+
 #[test]
 fn endpoints_are_indexed_by_namespace_and_removed_on_delete() {
     let index = Index::default();
@@ -32,16 +42,7 @@ fn endpoints_are_indexed_by_namespace_and_removed_on_delete() {
     index.apply("ep.shop.orders", None);
     // Operational events only by patterns that name them: not by a lone `*`.
     index.apply("ep.shop.ops", Some(&config("ops", &["herald.*"])));
-    let names = |ty: &str| {
-        let mut names: Vec<String> = index
-            .matching("shop", ty)
-            .unwrap()
-            .iter()
-            .map(|e| e.config.name.clone())
-            .collect();
-        names.sort();
-        names
-    };
+    let names = |ty: &str| matched(&index, "shop", ty).unwrap();
     assert_eq!(names("herald.endpoint.disabled"), ["ops"]);
     assert_eq!(names("invoice.void"), ["all", "paid"]);
     index.apply("ep.shop.ops", None);
@@ -90,16 +91,7 @@ fn an_endpoint_whose_patterns_overlap_is_matched_once() {
     let types = ["order.created", "order.*", "*", "*.created", "order.*.*"].map(String::from);
     index.apply("ep.shop.all", Some(&config_in("shop", "all", &types)));
     index.apply("ep.shop.one", Some(&config_in("shop", "one", &types[..1])));
-    let keys = |ty: &str| {
-        let mut names: Vec<String> = index
-            .matching("shop", ty)
-            .unwrap()
-            .iter()
-            .map(|e| e.config.name.clone())
-            .collect();
-        names.sort();
-        names
-    };
+    let keys = |ty: &str| matched(&index, "shop", ty).unwrap();
     assert_eq!(keys("order.created"), ["all", "one"]);
     assert_eq!(keys("order.item.added"), ["all"]);
     assert_eq!(keys("order"), ["all"]);
@@ -253,12 +245,7 @@ mod against_a_scan {
                     .filter_map(|name| index.endpoint(&EndpointKey::new(ns, name)))
                     .collect();
                 for ty in event_types() {
-                    let got = index.matching(ns, &ty).map(|found| {
-                        let mut names: Vec<String> =
-                            found.iter().map(|e| e.config.name.clone()).collect();
-                        names.sort();
-                        names
-                    });
+                    let got = matched(&index, ns, &ty);
                     let expected = (!endpoints.is_empty()).then(|| {
                         endpoints
                             .iter()

@@ -285,16 +285,12 @@ const DEAD_EVENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// operational event: no event about failing to deliver one). A failure is logged; the
 /// delivery's own record in the attempt log says it is dead either way.
 async fn announce_dead(shared: &Shared, key: &EndpointKey, item: &Item, reason: DeadReason) {
-    let reason = match reason {
-        DeadReason::FinalStatus => "FinalStatus",
-        DeadReason::RetriesExhausted => "RetriesExhausted",
-    };
     let Some(event) = operational::delivery_dead(
         key.namespace(),
         &key.name(),
         &item.event_id,
         herald_core::envelope::body_type(&item.body),
-        reason,
+        reason.as_str(),
         item.attempt,
     ) else {
         return;
