@@ -402,19 +402,19 @@ except WebhookVerificationError as e:
 #[tokio::test]
 async fn a_signing_secret_moves_to_ed25519_and_receivers_verify_with_the_public_key() {
     let python = python_receiver_ready();
-    let _faults = fault_lock().await;
-    let ctx = TestContext::new_in(private_env(), "ed25519").await;
-    shared_dispatcher(private_env());
-    let stop_operator = start_operator(&ctx);
-    let rx = Receiver::start().await;
-    let dp = DataPlane::new(private_env().nats().await).await;
+    let Stack {
+        _faults,
+        ctx,
+        stop_operator,
+        rx,
+        dp,
+    } = Stack::start("ed25519", "keys").await;
     let secret = |spec: serde_json::Value| {
         json!({
             "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
             "metadata": {"name": "keys"}, "spec": spec
         })
     };
-    apply(&ctx, secret(json!({})));
     apply(
         &ctx,
         json!({
@@ -526,20 +526,14 @@ fn apply_refused(ctx: &TestContext, manifest: serde_json::Value) -> String {
 /// and the token never shows in the endpoint's status or Events.
 #[tokio::test]
 async fn a_header_takes_its_value_from_a_secret_and_follows_it() {
-    let _faults = fault_lock().await;
-    let ctx = TestContext::new_in(private_env(), "hdrsecret").await;
-    shared_dispatcher(private_env());
-    let stop_operator = start_operator(&ctx);
-    let rx = Receiver::start().await;
-    let dp = DataPlane::new(private_env().nats().await).await;
+    let Stack {
+        _faults,
+        ctx,
+        stop_operator,
+        rx,
+        dp,
+    } = Stack::start("hdrsecret", "keys").await;
     let token_secret = |data: serde_json::Value| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "receiver-auth"}, "stringData": data});
-    apply(
-        &ctx,
-        json!({
-            "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
-            "metadata": {"name": "keys"}, "spec": {}
-        }),
-    );
     apply(&ctx, token_secret(json!({"token": "Bearer first-7c1d"})));
     let endpoint = |headers: serde_json::Value| {
         json!({
