@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, endpoint, shared_dispatcher, until_applied};
-use herald_e2e::receiver::{Behavior, Receiver};
+use herald_e2e::receiver::{Answer, Behavior, Receiver};
 use herald_e2e::{env, eventually, unique_name};
 use serde_json::json;
 
@@ -52,6 +52,19 @@ async fn a_backlog_drains_at_the_pace_a_rate_limited_receiver_accepts() {
         took.as_secs_f64() / ideal.as_secs_f64(),
         share * 100.0
     );
+    // Requests and refusals per second of the drain, so a slow run shows its shape.
+    let mut seconds: Vec<(usize, usize)> = Vec::new();
+    for x in rx.exchanges("limited") {
+        let second = x.at.saturating_duration_since(started).as_secs() as usize;
+        if seconds.len() <= second {
+            seconds.resize(second + 1, (0, 0));
+        }
+        seconds[second].0 += 1;
+        if matches!(x.answer, Answer::Status(429)) {
+            seconds[second].1 += 1;
+        }
+    }
+    println!("requests (refused) per second: {seconds:?}");
     assert!(
         share < 0.05,
         "{:.1} % of the requests refused",

@@ -28,26 +28,31 @@ pub fn is_limiter_trip(refused: f64, accepted: f64) -> bool {
     refused >= 2.0 && refused >= 0.05 * (refused + accepted)
 }
 
-/// Answers per second (successes, or refusals), counted in whole seconds (the current
-/// and the previous one).
+/// Whole seconds [`PerSecond::peak`] looks back.
+const PEAK_SECONDS: usize = 4;
+
+/// Answers per second (successes, or refusals), counted in whole seconds: the current
+/// one and the few before it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PerSecond {
     second: Option<Instant>,
     current: u32,
-    previous: u32,
+    /// The whole seconds before the current one, the latest first.
+    previous: [u32; PEAK_SECONDS],
 }
 
 impl PerSecond {
     fn roll(&mut self, now: Instant) {
         let start = *self.second.get_or_insert(now);
-        let elapsed = now.saturating_duration_since(start);
-        if elapsed >= Duration::from_secs(2) {
-            (self.previous, self.current) = (0, 0);
-            self.second = Some(now);
-        } else if elapsed >= Duration::from_secs(1) {
-            (self.previous, self.current) = (self.current, 0);
-            self.second = Some(start + Duration::from_secs(1));
+        let whole = now.saturating_duration_since(start).as_secs();
+        if whole == 0 {
+            return;
         }
+        for _ in 0..whole.min(PEAK_SECONDS as u64 + 1) {
+            self.previous.rotate_right(1);
+            self.previous[0] = std::mem::take(&mut self.current);
+        }
+        self.second = Some(start + Duration::from_secs(whole));
     }
 
     pub fn add(&mut self, now: Instant) {
@@ -62,7 +67,19 @@ impl PerSecond {
             .second
             .map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64());
         // The previous second's part that is still within the last second.
-        f64::from(self.current) + f64::from(self.previous) * (1.0 - into).max(0.0)
+        f64::from(self.current) + f64::from(self.previous[0]) * (1.0 - into).max(0.0)
+    }
+
+    /// The most answers in one second of the last few: what the other side took while
+    /// this side kept it busy. A second this side was stalled in (a busy machine, a
+    /// slow disk) counts low, and a rate cut from it alone fell far below what the
+    /// receiver takes.
+    pub fn peak(&mut self, now: Instant) -> f64 {
+        let last = self.per_second(now);
+        self.previous
+            .iter()
+            .map(|&n| f64::from(n))
+            .fold(last, f64::max)
     }
 }
 
@@ -76,7 +93,8 @@ pub struct Learned {
 }
 
 impl Learned {
-    /// The first refusal: start at what the receiver accepted in the last second.
+    /// The first refusal: start at what the receiver accepted (`accepted_per_second`,
+    /// the best of the last few seconds).
     pub fn new(accepted_per_second: f64, now: Instant) -> Self {
         let rate = (accepted_per_second * CUT).max(MIN_RATE);
         Self {
@@ -122,7 +140,8 @@ impl Learned {
     }
 
     /// The receiver refused a request (429 or 503 without `Retry-After`) after accepting
-    /// `accepted` in the last second: the rate goes a quarter below the lower of the two.
+    /// `accepted` a second at best recently: the rate goes a quarter below the lower of
+    /// the two.
     pub fn on_refused(&mut self, now: Instant, accepted: f64) {
         if now.saturating_duration_since(self.last_cut) < CUT_GAP {
             return;
@@ -147,6 +166,28 @@ impl Learned {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_second_counts_the_last_second_and_peaks_over_the_last_few() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut p = PerSecond::default();
+        for i in 0..100 {
+            p.add(at(i * 10)); // 100 in the first second
+        }
+        for i in 0..10 {
+            p.add(at(1000 + i * 100)); // 10 in the second
+        }
+        assert_eq!(p.per_second(at(2000)), 10.0);
+        assert_eq!(p.peak(at(2000)), 100.0);
+        // Half a second on: half of the previous second still counts.
+        p.add(at(2500));
+        assert_eq!(p.per_second(at(2500)), 6.0);
+        // The busy second is forgotten once four whole seconds follow it.
+        assert_eq!(p.peak(at(4999)), 100.0);
+        assert_eq!(p.peak(at(5000)), 10.0);
+        assert_eq!(p.peak(at(60_000)), 0.0);
+    }
 
     #[test]
     fn the_rate_is_cut_once_per_burst_and_forgotten_when_quiet() {

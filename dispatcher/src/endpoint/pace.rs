@@ -83,10 +83,13 @@ impl Pace {
     /// once the refusals are a limiter tripping.
     pub fn on_refused(&mut self, now: Instant) {
         self.refusals.add(now);
-        let accepted = self.throughput.per_second(now);
-        if !is_limiter_trip(self.refusals.per_second(now), accepted) {
+        if !is_limiter_trip(
+            self.refusals.per_second(now),
+            self.throughput.per_second(now),
+        ) {
             return;
         }
+        let accepted = self.throughput.peak(now);
         match &mut self.learned {
             Some(learned) => learned.on_refused(now, accepted),
             None => self.learned = Some(Box::new(Learned::new(accepted, now))),
@@ -152,14 +155,26 @@ mod tests {
     /// A receiver that accepts `per_second` with bursts of `burst` (a token bucket),
     /// refuses the rest without `Retry-After` — and, at random, a `sporadic` share of
     /// what its bucket let through — and answers in `latency`; Herald with `concurrency`
-    /// requests at a time and an endless backlog, paced as the endpoint paces. Returns
-    /// (accepted, refused) over 30 s.
+    /// requests at a time and an endless backlog, paced as the endpoint paces. Herald
+    /// `stalls` for a while every so often (a busy machine: nothing sent, no answer read).
+    /// Returns (accepted, refused) over 30 s.
     fn simulate(
         per_second: f64,
         burst: f64,
         latency: Duration,
         concurrency: usize,
         sporadic: f64,
+    ) -> (u32, u32) {
+        simulate_stalling(per_second, burst, latency, concurrency, sporadic, None)
+    }
+
+    fn simulate_stalling(
+        per_second: f64,
+        burst: f64,
+        latency: Duration,
+        concurrency: usize,
+        sporadic: f64,
+        stalls: Option<(Duration, Duration)>,
     ) -> (u32, u32) {
         let mut dice = fastrand::Rng::with_seed(7);
         let start = Instant::now();
@@ -170,6 +185,13 @@ mod tests {
         let mut in_flight: Vec<(Instant, bool)> = Vec::new();
         let mut now = start;
         while now < start + Duration::from_secs(30) {
+            if let Some((every, stall)) = stalls {
+                let into = (now - start).as_nanos() % every.as_nanos();
+                if into < stall.as_nanos() {
+                    now += step;
+                    continue;
+                }
+            }
             // Answers that are due.
             in_flight.retain(|(at, ok)| {
                 if *at > now {
@@ -229,6 +251,19 @@ mod tests {
             simulate(200.0, 20.0, Duration::from_millis(100), 64, 0.0),
             200.0,
         );
+    }
+
+    #[test]
+    fn a_sender_that_stalls_now_and_then_keeps_the_receivers_rate() {
+        // Stalled for 1 s every 5 s, Herald's own throughput of the last second is low
+        // when a refusal follows a stall: a rate cut from it alone fell far below the
+        // receiver's and took tens of seconds to grow back at 5 % a second (half of what
+        // the receiver could take; cut from the best recent second, 0.83).
+        let stalling = Some((Duration::from_secs(5), Duration::from_secs(1)));
+        let (accepted, refused) =
+            simulate_stalling(200.0, 20.0, Duration::from_millis(1), 4, 0.0, stalling);
+        // What the receiver can take while Herald runs: 4 of every 5 s.
+        near_its_rate((accepted, refused), 200.0 * 0.8);
     }
 
     #[test]
