@@ -27,3 +27,4 @@ pub mod pattern;
 pub mod signing;
 pub mod ssrf;
 pub mod v1alpha1;
+pub mod verification;

@@ -33,6 +33,9 @@ pub mod condition {
     pub const DISABLED: &str = "Disabled";
     /// A replay has finished (successfully or not).
     pub const COMPLETE: &str = "Complete";
+    /// The receiver echoed Herald's verification challenge for the endpoint's URL.
+    /// Written only while the endpoint must be verified.
+    pub const VERIFIED: &str = "Verified";
     /// kstatus: Herald waits for something that can come on its own (a SigningSecret,
     /// DNS, a referenced endpoint). Written only while True.
     pub const RECONCILING: &str = "Reconciling";
@@ -45,6 +48,13 @@ pub mod condition {
 /// labels).
 pub mod reason {
     pub const ACCEPTED: &str = "Accepted";
+    /// The endpoint must be verified and its receiver has not echoed a challenge for its
+    /// URL yet (`Ready` and `Verified`).
+    pub const NOT_VERIFIED: &str = "NotVerified";
+    /// The last verification challenge failed (`Verified`).
+    pub const CHALLENGE_FAILED: &str = "ChallengeFailed";
+    /// The receiver echoed the verification challenge (`Verified`).
+    pub const CHALLENGE_ECHOED: &str = "ChallengeEchoed";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const URL_FORBIDDEN: &str = "UrlForbidden";
     /// `spec.delivery.proxy` names a proxy the platform did not configure, or asks for

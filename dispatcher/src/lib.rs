@@ -21,6 +21,7 @@ pub mod server;
 pub mod setup;
 pub mod shard;
 pub mod supervise;
+pub mod verify;
 
 use std::sync::Arc;
 use std::time::Duration;

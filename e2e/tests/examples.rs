@@ -308,6 +308,28 @@ print(outcome(r["body"], stale))
     let out = python(check, &request.to_string());
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines, ["ok o-1", "rejected", "rejected"], "{out}");
+
+    // A verification challenge as Herald builds it: the receiver's answer is one Herald
+    // takes as an echo; an ordinary event gets none.
+    use herald_core::verification;
+    let challenge = verification::challenge().unwrap();
+    let body = verification::request_body(
+        &herald_core::dataplane::EndpointKey::new("shop", "orders"),
+        &challenge,
+        jiff::Timestamp::now(),
+    );
+    let answer = python(
+        r#"
+import json, sys
+from receiver import challenge_answer
+print(challenge_answer(json.load(sys.stdin)))
+print(challenge_answer({"type": "order.created", "data": {"challenge": "x"}}))
+"#,
+        std::str::from_utf8(&body).unwrap(),
+    );
+    let lines: Vec<&str> = answer.lines().collect();
+    assert!(verification::echoed(lines[0], &challenge), "{answer}");
+    assert_eq!(lines[1], "None");
 }
 
 /// `kubectl explain` prints the CRD's field documentation as whole sentences: the doc

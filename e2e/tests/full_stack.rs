@@ -2,8 +2,9 @@
 //! real API server, the operator and a dispatcher running, a producer publishing to NATS,
 //! a receiver verifying signatures with the generated key — and delivery going on while
 //! the Kubernetes API is unreachable, with status catching up afterwards; a key rotation
-//! signing with both keys; no key material in any log line; and a move to Ed25519
-//! signatures, verified with the public key alone.
+//! signing with both keys; no key material in any log line; a move to Ed25519
+//! signatures, verified with the public key alone; and endpoint verification
+//! ([`verification`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +20,9 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 const WAIT: Duration = Duration::from_secs(60);
+
+#[path = "full_stack/verification.rs"]
+mod verification;
 
 /// What each test here runs against: its namespace with a SigningSecret, an operator
 /// for it, the shared dispatcher, a receiver and a publisher.
@@ -97,6 +101,8 @@ fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
         "--lease-renew",
         "1s",
         "--header-secret-refresh",
+        "1s",
+        "--namespace-refresh",
         "1s",
     ]
     .map(str::to_owned);

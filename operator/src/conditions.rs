@@ -40,7 +40,7 @@ impl Desired {
 /// resource that is fine carries `Ready` alone.
 pub fn ready_with_kstatus(ready: Desired) -> Vec<Desired> {
     use herald_core::names::{condition, reason};
-    const WAITING: [&str; 8] = [
+    const WAITING: [&str; 9] = [
         reason::SECRET_NOT_FOUND,
         reason::HEADER_SECRET_NOT_FOUND,
         reason::TLS_SECRET_NOT_FOUND,
@@ -51,6 +51,8 @@ pub fn ready_with_kstatus(ready: Desired) -> Vec<Desired> {
         reason::ENDPOINT_NOT_FOUND,
         // The first dispatcher creates the event store.
         reason::EVENT_STORE_MISSING,
+        // The receiver's owner deploys the echo; Herald keeps challenging.
+        reason::NOT_VERIFIED,
     ];
     if ready.status {
         return vec![ready];

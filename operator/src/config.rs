@@ -49,6 +49,11 @@ pub struct Config {
     #[arg(long, env = "HERALD_HEADER_SECRET_REFRESH", default_value = "30s", value_parser = herald_core::duration::parse_std)]
     pub header_secret_refresh: Duration,
 
+    /// How often the served Namespaces' annotations are read (tenant policies, required
+    /// endpoint verification): a changed annotation takes effect within this.
+    #[arg(long, env = "HERALD_NAMESPACE_REFRESH", default_value = "30s", value_parser = herald_core::duration::parse_std)]
+    pub namespace_refresh: Duration,
+
     /// Address of `/metrics`, `/healthz` and `/readyz` (port 0: any free port).
     #[arg(long, env = "HERALD_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,

@@ -45,6 +45,8 @@ pub struct Setup {
     pub status_refresh: Duration,
     /// How often headers' values are read again from their Secrets.
     pub header_secret_refresh: Duration,
+    /// How often the served Namespaces' annotations are read.
+    pub namespace_refresh: Duration,
     /// The namespaces served; empty: all of them.
     pub namespaces: Vec<String>,
     /// Serving all namespaces: watch generated Secrets cluster-wide too.
@@ -60,6 +62,14 @@ pub struct Term {
 }
 
 type Stop = Shared<BoxFuture<'static, ()>>;
+
+/// What every scope of a term shares.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    states: &'a Arc<EndpointStates>,
+    verifying: &'a endpoint::verification::Required,
+    stop: &'a Stop,
+}
 
 impl Setup {
     fn plumbing<K>(&self, kind: &'static str) -> Plumbing<K>
@@ -119,19 +129,27 @@ impl Term {
         .shared();
         let mut tasks = JoinSet::new();
         let states = Arc::new(EndpointStates::new(setup.metrics.clone()));
+        let (verifying_tx, verifying) = tokio::sync::watch::channel(None);
         tasks.spawn(tenants::run(
             setup.client.clone(),
             setup.buckets.config.clone(),
             setup.namespaces.clone(),
+            setup.namespace_refresh,
+            verifying_tx,
             stop.clone(),
         ));
+        let scope = Scope {
+            states: &states,
+            verifying: &verifying,
+            stop: &stop,
+        };
         if setup.namespaces.is_empty() {
             let watch_secrets = setup.watch_secrets_cluster_wide;
-            Self::start_scope(setup, None, watch_secrets, &states, &stop, &mut tasks);
+            Self::start_scope(setup, None, watch_secrets, &scope, &mut tasks);
         }
         for namespace in &setup.namespaces {
-            let scope = Some(namespace.clone());
-            Self::start_scope(setup, scope, true, &states, &stop, &mut tasks);
+            let namespace = Some(namespace.clone());
+            Self::start_scope(setup, namespace, true, &scope, &mut tasks);
         }
         Self {
             stop: stop_tx,
@@ -144,10 +162,14 @@ impl Term {
         setup: &Setup,
         namespace: Option<String>,
         watch_secrets: bool,
-        states: &Arc<EndpointStates>,
-        stop: &Stop,
+        scope: &Scope<'_>,
         tasks: &mut JoinSet<()>,
     ) {
+        let Scope {
+            states,
+            verifying,
+            stop,
+        } = *scope;
         let pacing = Pacing {
             interval: setup.status_interval,
             refresh: setup.status_refresh,
@@ -184,6 +206,8 @@ impl Term {
             states: states.clone(),
             secrets: listed_secrets,
             header_secret_refresh: setup.header_secret_refresh,
+            health_kv: setup.buckets.health.clone(),
+            verifying: verifying.clone(),
         };
         let writer = health::writer::Parts {
             plumbing: setup.plumbing(health::writer::KIND),
@@ -199,11 +223,21 @@ impl Term {
             return;
         };
         let watched = endpoint::watch(setup.client.clone(), namespace.as_deref(), store_writer);
+        let (verified_tx, verified_rx) = futures::channel::mpsc::unbounded();
+        tasks.spawn(endpoint::verification::follow(
+            setup.buckets.health.clone(),
+            verifying.clone(),
+            reader.clone(),
+            verified_tx,
+            namespace.clone(),
+            stop.clone(),
+        ));
         tasks.spawn(endpoint::run(
             Arc::new(endpoints),
             watched,
             reader.clone(),
             secret_events,
+            verified_rx,
             stop.clone(),
         ));
         tasks.spawn(health::writer::run(

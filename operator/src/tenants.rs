@@ -1,15 +1,17 @@
 //! Tenant policies: how a tenant (namespace) shares the dispatchers and herald-api, from
 //! its Namespace's annotations, published as `tenant.<ns>` in `herald-config` (docs/architecture.md,
-//! "Fairness"). Namespaces are the platform team's objects, not the tenants': a tenant
-//! cannot raise its own share.
+//! "Fairness"), and whether its endpoints must be verified (for the endpoint controller,
+//! `crate::endpoint::verification`). Namespaces are the platform team's objects, not the
+//! tenants': a tenant cannot raise its own share or waive verification.
 //!
-//! The served namespaces are read every [`INTERVAL`] (listed when the operator serves
+//! The served namespaces are read every `--namespace-refresh` (listed when the operator serves
 //! them all, read one by one when it serves a list, which its per-namespace rights
 //! allow); a policy is written only when it changed and deleted when the annotations
 //! go. An annotation that does not parse is logged with what is wrong and left out (the
 //! dispatchers' default applies).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
@@ -18,6 +20,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
+use tokio::sync::watch;
+
+use crate::endpoint::verification;
 use crate::nats;
 
 /// Consecutive attempts per turn of a shard's tenant ring, 1 to 100.
@@ -29,8 +34,6 @@ pub const MAX_IN_FLIGHT: &str = "herald.dev/max-in-flight";
 pub const API_RATE: &str = "herald.dev/api-rate";
 /// Requests the tenant may make to herald-api at once above its rate, 1 to 1000000.
 pub const API_BURST: &str = "herald.dev/api-burst";
-/// How often the namespaces are read.
-pub const INTERVAL: Duration = Duration::from_secs(30);
 
 /// Pure: the policy the annotations ask for (`None`: the defaults), and what is wrong
 /// with those that do not parse.
@@ -58,21 +61,41 @@ pub fn policy(annotations: &BTreeMap<String, String>) -> (Option<TenantPolicy>, 
     (set.then_some(policy), problems)
 }
 
-/// Keeps the tenant policies of `namespaces` (empty: every namespace) in `config` until
-/// `stop`.
+/// Keeps the tenant policies of `namespaces` (empty: every namespace) in `config`, and
+/// the namespaces that require endpoint verification in `verifying`, until `stop`.
 pub async fn run(
     client: Client,
     config: kv::Store,
     namespaces: Vec<String>,
+    interval: Duration,
+    verifying: watch::Sender<Option<Arc<BTreeSet<String>>>>,
     stop: impl std::future::Future<Output = ()>,
 ) {
     let mut published: HashMap<String, Option<TenantPolicy>> = HashMap::new();
     let work = async {
-        let mut tick = tokio::time::interval(INTERVAL);
+        let mut tick = tokio::time::interval(interval);
         loop {
             tick.tick().await;
             match read(&client, &namespaces).await {
-                Ok(found) => sync(&config, &mut published, found).await,
+                Ok(found) => {
+                    let (required, problems) = verification::requiring(
+                        found
+                            .iter()
+                            .map(|(ns, a)| (ns.as_str(), a.get(verification::REQUIRE_ANNOTATION))),
+                    );
+                    for problem in problems {
+                        tracing::warn!("{problem}");
+                    }
+                    verifying.send_if_modified(|known| {
+                        let changed = known.as_deref() != Some(&required);
+                        if changed {
+                            tracing::info!(namespaces = ?required, "namespaces requiring endpoint verification");
+                            *known = Some(Arc::new(required));
+                        }
+                        changed
+                    });
+                    sync(&config, &mut published, found).await
+                }
                 Err(error) => tracing::warn!(%error, "reading namespaces for tenant policies"),
             }
         }

@@ -178,7 +178,8 @@ impl fmt::Debug for EndpointKey {
 /// A key of [`CONFIG_BUCKET`] or [`HEALTH_BUCKET`]: `ep.<ns>.<name>` for an endpoint's
 /// configuration or health, `key.<ns>.<secret>` for a signing secret's key set,
 /// `state.<shard>.<ns>.<name>` for delivery state that must outlive a dispatcher,
-/// `replay.<ns>.<name>` for a `WebhookReplay`'s request.
+/// `replay.<ns>.<name>` for a `WebhookReplay`'s request, `verify.<ns>.<name>` for an
+/// endpoint's verification.
 /// Parsed and printed only here, so the operator and the dispatchers cannot disagree.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum BucketKey {
@@ -201,6 +202,10 @@ pub enum BucketKey {
     /// ([`TenantPolicy`]), written by the operator from the namespace's annotations and
     /// deleted when it has none.
     Tenant(String),
+    /// `verify.<ns>.<name>` in [`HEALTH_BUCKET`]: what the last verification challenge
+    /// to the endpoint showed ([`crate::verification::VerificationReport`]), written by
+    /// the dispatcher owning its shard.
+    Verification(EndpointKey),
 }
 
 impl BucketKey {
@@ -210,6 +215,7 @@ impl BucketKey {
     const REPLAY: &str = "replay.";
     const SHARD_COUNT: &str = "layout.shards";
     const TENANT: &str = "tenant.";
+    const VERIFICATION: &str = "verify.";
 
     /// The key of `WebhookReplay` `name` in `namespace`.
     pub fn replay(namespace: &str, name: &str) -> Self {
@@ -224,6 +230,11 @@ impl BucketKey {
     /// The filter that selects every [`BucketKey::Replay`].
     pub fn replay_filter() -> String {
         format!("{}>", Self::REPLAY)
+    }
+
+    /// The filter that selects every [`BucketKey::Verification`].
+    pub fn verification_filter() -> String {
+        format!("{}>", Self::VERIFICATION)
     }
 
     /// The filter that selects every [`BucketKey::Lasting`] of `shard`.
@@ -247,6 +258,8 @@ impl BucketKey {
             EndpointKey::parse(rest).map(Self::Endpoint)
         } else if let Some(rest) = key.strip_prefix(Self::REPLAY) {
             EndpointKey::parse(rest).map(Self::Replay)
+        } else if let Some(rest) = key.strip_prefix(Self::VERIFICATION) {
+            EndpointKey::parse(rest).map(Self::Verification)
         } else if let Some(rest) = key.strip_prefix(Self::LASTING) {
             let (shard, rest) = rest.split_once('.')?;
             Some(Self::Lasting {
@@ -266,6 +279,7 @@ impl BucketKey {
             Self::Endpoint(k)
             | Self::KeySet(k)
             | Self::Replay(k)
+            | Self::Verification(k)
             | Self::Lasting { key: k, .. } => k.namespace(),
             Self::Tenant(ns) => ns,
             Self::ShardCount => "",
@@ -282,6 +296,7 @@ impl fmt::Display for BucketKey {
             Self::Replay(k) => write!(f, "{}{k}", Self::REPLAY),
             Self::ShardCount => f.write_str(Self::SHARD_COUNT),
             Self::Tenant(ns) => write!(f, "{}{ns}", Self::TENANT),
+            Self::Verification(k) => write!(f, "{}{k}", Self::VERIFICATION),
         }
     }
 }
@@ -644,6 +659,14 @@ mod tests {
         assert_eq!(tenant.to_string(), "tenant.shop");
         assert_eq!(BucketKey::parse("tenant.shop"), Some(tenant.clone()));
         assert_eq!(tenant.namespace(), "shop");
+        let verification = BucketKey::Verification(EndpointKey::new("shop", "orders.v2"));
+        assert_eq!(verification.to_string(), "verify.shop.orders_v2");
+        assert_eq!(
+            BucketKey::parse("verify.shop.orders_v2"),
+            Some(verification.clone())
+        );
+        assert_eq!(verification.namespace(), "shop");
+        assert_eq!(BucketKey::verification_filter(), "verify.>");
         for bad in [
             "tenant.",
             "tenant.shop.x",

@@ -51,6 +51,11 @@ pub struct EndpointConfig {
     /// operator clears it. Only a deleted resource drops work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<Box<Hold>>,
+    /// Set while the endpoint must be verified and is not (its `held` says so too): the
+    /// dispatcher owning its shard sends challenges ([`crate::verification`]) until one
+    /// is echoed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
 }
 
 /// Why delivery to an endpoint is held: a condition reason and message a tenant can
@@ -89,6 +94,7 @@ impl EndpointConfig {
                 .and_then(|a| a.get(ENABLE_ANNOTATION))
                 .cloned(),
             held: None,
+            verify: false,
         }
     }
 

@@ -93,6 +93,15 @@ pub struct WebhookEndpointSpec {
     #[serde(default)]
     pub paused: bool,
 
+    /// Verify the receiver before the first delivery: Herald sends a signed
+    /// `herald.endpoint.verification` request whose `data.challenge` the receiver must
+    /// echo (as the body, or as `{"challenge": "..."}`) with a 2xx. Until it does,
+    /// nothing is delivered (events keep queueing) and the `Verified` condition says why;
+    /// a new `url` is verified again. A namespace annotated
+    /// `herald.dev/require-endpoint-verification: "true"` verifies every endpoint.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
+
     /// How Herald delivers to this endpoint: timeouts, concurrency, rate, retries.
     #[serde(default)]
     pub delivery: DeliveryPolicy,

@@ -39,6 +39,7 @@ pub(super) fn state_keyed(
         shard: 0,
         enable_token: None,
         held: None,
+        verify: false,
     };
     let ep = Endpoint::compile_for_test(config);
     let key =

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use herald_core::dataplane::TlsMaterial;
+use herald_core::dataplane::{EndpointConfig, TlsMaterial};
 use herald_core::signing::{self, SigningKey};
 use herald_core::ssrf::{AddressPolicy, Forbidden};
 use herald_core::v1alpha1::{EgressProxy, Header};
@@ -196,6 +196,30 @@ pub struct Attempt<'a> {
     pub proxy: Option<&'a EgressProxy>,
     /// The endpoint's own client certificate and CA (`spec.tls`).
     pub tls: Option<&'a TlsMaterial>,
+}
+
+impl<'a> Attempt<'a> {
+    /// A request of `body` to the endpoint `config` describes, as every attempt to it
+    /// goes out.
+    pub fn to(
+        config: &'a EndpointConfig,
+        event_id: &'a str,
+        body: Bytes,
+        keys: &'a [SigningKey],
+    ) -> Self {
+        let delivery = &config.delivery;
+        Self {
+            url: &config.url,
+            event_id,
+            body,
+            keys,
+            headers: &config.headers,
+            timeout: delivery.timeout.get(),
+            redact_fields: &delivery.redact_response_fields,
+            proxy: delivery.proxy.as_ref(),
+            tls: config.tls.as_deref(),
+        }
+    }
 }
 
 /// What came back, before the body is read.

@@ -9,7 +9,7 @@
 //! scope does not keep is never half-applied (skipped whole); a pass that re-reads what
 //! the index already holds announces no change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock, Weak};
 
@@ -89,6 +89,8 @@ struct Inner {
     /// the keys.
     keys: HashMap<String, (u64, Arc<[SigningKey]>)>,
     tenants: HashMap<String, TenantPolicy>,
+    /// The endpoints whose configuration asks for a verification challenge (few).
+    verifying: BTreeSet<EndpointKey>,
     scope: Scope,
 }
 
@@ -122,9 +124,11 @@ impl Inner {
         let Self {
             endpoints,
             namespaces,
+            verifying,
             scope,
             ..
         } = self;
+        verifying.retain(|key| endpoints.get(key).is_some_and(|e| scope.keeps(&e.config)));
         endpoints.retain(|_, endpoint| {
             let keep = scope.keeps(&endpoint.config);
             if !keep && let Some(namespace) = namespaces.get_mut(&endpoint.config.namespace) {
@@ -242,6 +246,18 @@ impl Index {
             .map(|(_, keys)| keys.clone())
     }
 
+    /// The endpoints of `shard` whose configuration asks for a verification challenge.
+    pub fn awaiting_verification(&self, shard: u32) -> Vec<Arc<Endpoint>> {
+        let inner = self.inner.read().expect("index lock");
+        inner
+            .verifying
+            .iter()
+            .filter_map(|key| inner.endpoints.get(key))
+            .filter(|e| e.config.shard == shard)
+            .cloned()
+            .collect()
+    }
+
     /// The endpoints held (those the scope keeps).
     pub fn endpoint_count(&self) -> usize {
         self.inner.read().expect("index lock").endpoints.len()
@@ -259,7 +275,12 @@ impl Index {
             Some(BucketKey::KeySet(secret)) => self.apply_keys(key, secret, value),
             Some(BucketKey::Tenant(namespace)) => self.apply_tenant(key, namespace, value),
             // Not endpoint configuration.
-            Some(BucketKey::Lasting { .. } | BucketKey::ShardCount | BucketKey::Replay(_)) => None,
+            Some(
+                BucketKey::Lasting { .. }
+                | BucketKey::ShardCount
+                | BucketKey::Replay(_)
+                | BucketKey::Verification(_),
+            ) => None,
         };
         if let Some(change) = change {
             let _ = self.changes.send(change);
@@ -302,7 +323,11 @@ impl Index {
                 inner.namespaces.remove(&ns);
             }
         }
+        inner.verifying.remove(&ep_key);
         if let Some(endpoint) = endpoint {
+            if endpoint.config.verify {
+                inner.verifying.insert(ep_key.clone());
+            }
             inner
                 .namespaces
                 .entry(ns.clone())

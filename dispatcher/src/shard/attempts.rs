@@ -223,23 +223,13 @@ impl AttemptTask {
             keys,
             failing_since_ms,
         } = self;
-        let delivery = &ep.config.delivery;
         let result = http::send(
             &shared.http,
             &shared.policy,
-            http::Attempt {
-                url: &ep.config.url,
-                event_id: &item.event_id,
-                body: item.body.clone(),
-                keys: &keys,
-                headers: &ep.config.headers,
-                timeout: delivery.timeout.get(),
-                redact_fields: &delivery.redact_response_fields,
-                proxy: delivery.proxy.as_ref(),
-                tls: ep.config.tls.as_deref(),
-            },
+            http::Attempt::to(&ep.config, &item.event_id, item.body.clone(), &keys),
         )
         .await;
+        let delivery = &ep.config.delivery;
         let facts = Facts {
             policy: delivery,
             ordered: ep.config.ordered,

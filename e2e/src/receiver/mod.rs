@@ -64,6 +64,9 @@ pub struct Behavior {
     /// A rate limiter before everything else: `(per second, burst)`, a token bucket;
     /// a request beyond it answers 429 without `Retry-After`, as real limiters do.
     pub rate_limit: Option<(f64, f64)>,
+    /// Answer Herald's verification challenges (`herald.endpoint.verification`) with the
+    /// challenge, as a receiver that agreed to receive does.
+    pub echo_challenges: bool,
 }
 
 impl Default for Behavior {
@@ -74,6 +77,7 @@ impl Default for Behavior {
             headers: Vec::new(),
             per_event: None,
             rate_limit: None,
+            echo_challenges: false,
         }
     }
 }
@@ -111,6 +115,14 @@ impl Behavior {
     pub fn rate_limited(per_second: f64, burst: f64) -> Self {
         Self {
             rate_limit: Some((per_second, burst)),
+            ..Default::default()
+        }
+    }
+
+    /// Answers 200, and echoes verification challenges.
+    pub fn echoing() -> Self {
+        Self {
+            echo_challenges: true,
             ..Default::default()
         }
     }
@@ -358,10 +370,15 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let data = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
+    let parsed = serde_json::from_slice::<serde_json::Value>(&body).ok();
+    let data = parsed
+        .as_ref()
         .and_then(|v| v.get("data").and_then(serde_json::Value::as_i64));
-    let (plan, guard) = {
+    let challenge = parsed
+        .as_ref()
+        .filter(|v| v["type"] == herald_core::verification::EVENT_TYPE)
+        .and_then(|v| v["data"]["challenge"].as_str().map(str::to_owned));
+    let (plan, guard, reply) = {
         let mut guard = inner.lock().unwrap();
         let inner_ref = &mut *guard;
         let headers: HashMap<String, String> = headers
@@ -481,7 +498,10 @@ async fn handle(
             inner: inner.clone(),
             path,
         };
-        (plan, guard)
+        let reply = challenge
+            .filter(|_| behavior.echo_challenges)
+            .unwrap_or_else(|| "ok".to_owned());
+        (plan, guard, reply)
     };
     match plan {
         Plan::Scripted {
@@ -493,8 +513,11 @@ async fn handle(
                 tokio::time::sleep(delay).await;
             }
             drop(guard);
-            let mut response =
-                (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), "ok").into_response();
+            let mut response = (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+                reply,
+            )
+                .into_response();
             for (name, value) in headers {
                 response.headers_mut().insert(
                     axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),

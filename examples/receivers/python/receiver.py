@@ -7,7 +7,9 @@
 Herald signs the Standard Webhooks way, so the reference library verifies its requests
 (`v1`, HMAC); Ed25519 signatures (`v1a`) are checked with the cryptography package.
 Answers 204 for a valid signature (and for a duplicate: delivery is at-least-once, so the
-receiver deduplicates on `webhook-id`), 401 otherwise.
+receiver deduplicates on `webhook-id`), 401 otherwise. A verification challenge
+(`herald.endpoint.verification`, sent before the first delivery to an endpoint with
+`spec.verify`) with a valid signature is answered 200 with the challenge.
 """
 
 import argparse
@@ -75,6 +77,17 @@ def verify(secrets, headers, body):
     raise error
 
 
+VERIFICATION = "herald.endpoint.verification"
+
+
+def challenge_answer(event):
+    """The body that answers Herald's verification challenge when `event` (already
+    verified) is one: the challenge itself, echoed with a 200. None for other events."""
+    if event.get("type") != VERIFICATION:
+        return None
+    return json.dumps({"challenge": event["data"]["challenge"]})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=9001)
@@ -93,6 +106,14 @@ def main():
                 self.end_headers()
                 return
             msg_id = self.headers["webhook-id"]
+            answer = challenge_answer(event)
+            if answer is not None:
+                print(f"{self.path} 200 {msg_id} verification challenge echoed", flush=True)
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(answer.encode())
+                return
             duplicate = (self.path, msg_id) in seen
             seen.add((self.path, msg_id))
             note = " (duplicate, ignored)" if duplicate else ""

@@ -37,6 +37,16 @@ pub fn verify_request(
     Ok(id.to_owned())
 }
 
+/// The answer to Herald's verification challenge when `event` is one (an endpoint with
+/// `spec.verify`, or in a namespace that requires verification, receives nothing until
+/// its receiver echoes it): the challenge, to send back as the body with a 2xx. Only
+/// after the request's signature checked out: the echo says "this receiver agreed".
+pub fn challenge_answer(event: &serde_json::Value) -> Option<String> {
+    (event["type"] == herald_core::verification::EVENT_TYPE)
+        .then(|| event["data"]["challenge"].as_str().map(str::to_owned))
+        .flatten()
+}
+
 /// Parses `whsec_...` secrets and `whpk_...` public keys.
 pub fn parse_secrets(secrets: &[String]) -> anyhow::Result<Vec<VerifyingKey>> {
     secrets
@@ -82,6 +92,23 @@ mod tests {
         // A different secret does not verify.
         let other = parse_secrets(&["whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".to_owned()]).unwrap();
         assert!(verify_request(&other, &headers, body, now).is_err());
+    }
+
+    #[test]
+    fn echoes_herald_s_verification_challenge_and_nothing_else() {
+        use herald_core::dataplane::EndpointKey;
+        use herald_core::verification;
+        let challenge = verification::challenge().unwrap();
+        let body = verification::request_body(
+            &EndpointKey::new("shop", "orders"),
+            &challenge,
+            jiff::Timestamp::now(),
+        );
+        let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let answer = challenge_answer(&event).expect("a challenge");
+        assert!(verification::echoed(&answer, &challenge));
+        let order = serde_json::json!({"type": "order.created", "data": {"challenge": "x"}});
+        assert_eq!(challenge_answer(&order), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! One reconcile of a `WebhookEndpoint`, as a pipeline:
 //! [`dereference`] (IO: DNS, the `SigningSecret`, the Secrets of headers' `valueFrom`,
-//! the current entry in `herald-config`)
+//! the current entry in `herald-config`, the verification report when one is required)
 //! → [`decide`] (pure: [`validate`](super::validate), then [`build`](super::build)'s
 //! publication and status) → [`publish`] (the entry) → status (server-side apply, only
 //! when changed) → Events on `Ready` flips.
@@ -24,9 +24,11 @@ use kube::{Api, Resource, ResourceExt};
 use super::build::{self, Publication};
 use super::secret_values;
 use super::validate::{self, Invalid, Lookup};
+use super::verification;
 use super::{Context, Error, Guarded};
 use crate::lean::cached::{self, Recorded};
 use crate::nats;
+use herald_core::verification::VerificationReport;
 
 /// What validation needs from outside the object.
 struct Observed {
@@ -39,6 +41,8 @@ struct Observed {
     resolved: Result<secret_values::Resolved, Invalid>,
     /// The entry in `herald-config` now, as stored and as decoded.
     current: Option<(Vec<u8>, Option<EndpointConfig>)>,
+    /// Whether the endpoint must be verified, and the dispatchers' last report on it.
+    verification: (bool, Option<VerificationReport>),
 }
 
 /// What one reconcile decided.
@@ -83,15 +87,41 @@ async fn dereference(obj: &WebhookEndpoint, ns: &str, ctx: &Context) -> Result<O
             tls: None,
         }),
     };
-    let current = read_config(ctx, &EndpointKey::new(ns, &obj.name_any())).await?;
+    let key = EndpointKey::new(ns, &obj.name_any());
+    let current = read_config(ctx, &key).await?;
+    let required = obj.spec.verify || namespace_requires(ctx, ns).await?;
+    let report = match required {
+        true => verification::read_report(&ctx.health_kv, &key).await?,
+        false => None,
+    };
     Ok(Observed {
         url,
         lookup,
         secret,
         resolved,
         current,
+        verification: (required, report),
     })
 }
+
+/// Whether `ns` requires its endpoints to be verified. Until the namespaces were read,
+/// nothing is published: an endpoint held for verification must not be released by an
+/// operator that does not know yet.
+async fn namespace_requires(ctx: &Context, ns: &str) -> Result<bool, Error> {
+    let mut verifying = ctx.verifying.clone();
+    let known = tokio::time::timeout(NAMESPACES_WAIT, verifying.wait_for(Option::is_some)).await;
+    match known {
+        Ok(Ok(set)) => Ok(set.as_ref().is_some_and(|set| set.contains(ns))),
+        _ => Err(Error::other(
+            "namespaces",
+            "waiting for the namespaces' annotations (can the operator read Namespaces?)",
+            "the namespaces have not been read yet",
+        )),
+    }
+}
+
+/// How long a reconcile waits for the namespaces to be read first.
+const NAMESPACES_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn undecodable_secret(name: &str) -> SigningSecret {
     SigningSecret::new(
@@ -136,7 +166,13 @@ fn decide(obj: &WebhookEndpoint, observed: &Observed, ctx: &Context, now: &Time)
         config.headers = resolved.headers.clone();
         config.tls = resolved.tls.clone();
     }
-    let status = build::status(obj, &validity, &publication, now);
+    let (required, report) = &observed.verification;
+    let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+    let verification = verification::state(*required, report.as_ref(), uid, &obj.spec.url);
+    if let Publication::Fresh(config) = &mut publication {
+        verification.apply(config);
+    }
+    let status = build::status(obj, &validity, &publication, &verification, now);
     Decision {
         validity,
         publication,

@@ -16,6 +16,7 @@ use herald_core::v1alpha1::{WebhookEndpoint, WebhookEndpointStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::validate::Invalid;
+use super::verification::Verification;
 use crate::conditions::{self, Desired};
 
 /// What `herald-config` should hold for an endpoint.
@@ -87,23 +88,27 @@ pub fn held_message(why: &str) -> String {
     )
 }
 
-/// The part of the status this controller owns: `observedGeneration`, `shard` and the
-/// `Ready` condition.
+/// The part of the status this controller owns: `observedGeneration`, `shard`, the
+/// `Ready` condition (with kstatus') and, while verification is required, `Verified`.
 pub fn status(
     obj: &WebhookEndpoint,
     validity: &Result<u32, Invalid>,
     publication: &Publication,
+    verification: &Verification,
     now: &Time,
 ) -> WebhookEndpointStatus {
     let old = obj.status.clone().unwrap_or_default();
     let generation = obj.metadata.generation;
+    let url = &obj.spec.url;
     let ready = match (validity, publication) {
-        (Ok(shard), _) => Desired::new(
-            condition::READY,
-            true,
-            reason::ACCEPTED,
-            format!("configuration published to the data plane (shard {shard})"),
-        ),
+        (Ok(shard), _) => verification.not_ready(url).unwrap_or_else(|| {
+            Desired::new(
+                condition::READY,
+                true,
+                reason::ACCEPTED,
+                format!("configuration published to the data plane (shard {shard})"),
+            )
+        }),
         (Err(invalid), Publication::Held(_)) => Desired::new(
             condition::READY,
             false,
@@ -117,15 +122,12 @@ pub fn status(
             invalid.message.clone(),
         ),
     };
+    let mut desired = conditions::ready_with_kstatus(ready);
+    desired.extend(verification.condition(url));
     WebhookEndpointStatus {
         observed_generation: generation,
         shard: publication.config().map(|c| c.shard),
-        conditions: conditions::merge(
-            &old.conditions,
-            &conditions::ready_with_kstatus(ready),
-            generation,
-            now,
-        ),
+        conditions: conditions::merge(&old.conditions, &desired, generation, now),
         ..Default::default()
     }
 }
@@ -138,7 +140,7 @@ pub fn owned(status: &WebhookEndpointStatus) -> WebhookEndpointStatus {
         conditions: status
             .conditions
             .iter()
-            .filter(|c| conditions::is_ready_or_kstatus(&c.type_))
+            .filter(|c| conditions::is_ready_or_kstatus(&c.type_) || c.type_ == condition::VERIFIED)
             .cloned()
             .collect(),
         ..Default::default()
@@ -188,7 +190,13 @@ mod tests {
             panic!("{publication:?}")
         };
         assert_eq!(config.held, None, "validating again releases the hold");
-        let status = status(&obj, &Ok(7), &publication, &now());
+        let status = status(
+            &obj,
+            &Ok(7),
+            &publication,
+            &Verification::NotRequired,
+            &now(),
+        );
         assert_eq!(status.shard, Some(7));
         assert!(conditions::is_true(&status.conditions, condition::READY));
         assert_eq!(status.conditions[0].observed_generation, Some(3));
@@ -196,7 +204,13 @@ mod tests {
         again.status = Some(status.clone());
         let later = Time(Timestamp::from_second(1_800_000_100).unwrap());
         assert_eq!(
-            super::status(&again, &Ok(7), &publication, &later),
+            super::status(
+                &again,
+                &Ok(7),
+                &publication,
+                &Verification::NotRequired,
+                &later
+            ),
             status,
             "rendering is stable"
         );
@@ -223,7 +237,13 @@ mod tests {
         assert_eq!(hold.reason, reason::URL_UNRESOLVABLE);
         assert!(hold.message.contains("x.invalid"), "{}", hold.message);
 
-        let status = status(&edited, &validity, &publication, &now());
+        let status = status(
+            &edited,
+            &validity,
+            &publication,
+            &Verification::NotRequired,
+            &now(),
+        );
         let ready = conditions::find(&status.conditions, condition::READY).unwrap();
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
@@ -249,7 +269,13 @@ mod tests {
         let validity = Err(invalid);
         let publication = publication(&obj, &validity, None);
         assert_eq!(publication, Publication::Nothing);
-        let status = status(&obj, &validity, &publication, &now());
+        let status = status(
+            &obj,
+            &validity,
+            &publication,
+            &Verification::NotRequired,
+            &now(),
+        );
         assert_eq!(status.shard, None);
         assert_eq!(status.conditions[0].reason, reason::URL_FORBIDDEN);
         assert_eq!(status.conditions[0].message, "spec.url: no");

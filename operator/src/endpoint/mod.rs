@@ -23,6 +23,7 @@ pub mod observed;
 pub mod resync;
 pub mod secret_values;
 pub mod validate;
+pub mod verification;
 
 use std::sync::Arc;
 
@@ -60,6 +61,10 @@ pub struct Context {
     pub secrets: crate::lean::listed::Listed<reconcile::Guarded<SigningSecret>>,
     /// How often an endpoint whose headers take values from Secrets reads them again.
     pub header_secret_refresh: std::time::Duration,
+    /// `herald-health`, where the dispatchers report verification challenges.
+    pub health_kv: async_nats::jetstream::kv::Store,
+    /// The namespaces whose endpoints must all be verified.
+    pub verifying: verification::Required,
 }
 
 impl reconcile::Reconciler for Context {
@@ -133,6 +138,7 @@ pub async fn run(
     endpoints: impl Stream<Item = Result<Guarded, watcher::Error>> + Send + 'static,
     reader: reflector::Store<Guarded>,
     signing_secrets: impl Stream<Item = Arc<reconcile::Guarded<SigningSecret>>> + Send + 'static,
+    verification: impl Stream<Item = ObjectRef<Guarded>> + Send + 'static,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let store = reader.clone();
@@ -142,6 +148,8 @@ pub async fn run(
         .watches_shared_stream(signing_secrets, move |secret| using(&store, &secret))
         // DNS answers change: every endpoint is re-checked once per `resync::PERIOD`.
         .reconcile_on(resync::triggers(reader))
+        // A verification report, or a namespace's requirement, changed.
+        .reconcile_on(verification)
         .trigger_backoff(reconcile::watch_backoff())
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)

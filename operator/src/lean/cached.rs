@@ -133,6 +133,7 @@ const KNOWN: &[&str] = {
         c::DISABLED,
         c::RECONCILING,
         c::STALLED,
+        c::VERIFIED,
         "True",
         "False",
         "Unknown",
@@ -151,6 +152,9 @@ const KNOWN: &[&str] = {
         r::SUSTAINED_FAILURE,
         r::GONE,
         r::ENABLED,
+        r::NOT_VERIFIED,
+        r::CHALLENGE_FAILED,
+        r::CHALLENGE_ECHOED,
     ]
 };
 
@@ -539,9 +543,21 @@ mod tests {
         let obj = cached.endpoint().unwrap();
         let later = Time("2026-12-01T00:00:00Z".parse().unwrap());
         let publication = build::Publication::Fresh(build::config(&obj, 3));
-        let rendered = build::status(&obj, &Ok(3), &publication, &later);
+        let rendered = build::status(
+            &obj,
+            &Ok(3),
+            &publication,
+            &crate::endpoint::verification::Verification::NotRequired,
+            &later,
+        );
         assert_eq!(fingerprint(&rendered), cached.status.controller);
-        let moved = build::status(&obj, &Ok(4), &publication, &later);
+        let moved = build::status(
+            &obj,
+            &Ok(4),
+            &publication,
+            &crate::endpoint::verification::Verification::NotRequired,
+            &later,
+        );
         assert_ne!(fingerprint(&moved), cached.status.controller);
     }
 

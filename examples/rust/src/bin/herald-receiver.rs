@@ -3,7 +3,9 @@
 //!     herald-receiver --listen 127.0.0.1:9000 --secret whsec_... [--fail-path failing]
 //!
 //! Every POST to any path is verified: 204 when the signature is valid, 401 when not.
-//! Paths named by `--fail-path` always answer 500 (to watch retries and a circuit open).
+//! A verification challenge (`herald.endpoint.verification`) with a valid signature is
+//! answered 200 with the challenge, so endpoints with `spec.verify` are verified. Paths
+//! named by `--fail-path` always answer 500 (to watch retries and a circuit open).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -12,10 +14,11 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clap::Parser;
 use herald_core::signing::VerifyingKey;
-use herald_examples::{parse_secrets, unix_now, verify_request};
+use herald_examples::{challenge_answer, parse_secrets, unix_now, verify_request};
 
 #[derive(Parser)]
 #[command(about = "Receives Herald webhooks and verifies their signatures")]
@@ -46,19 +49,23 @@ async fn receive(
     Path(path): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> StatusCode {
+) -> Response {
     if rx.fail_paths.contains(&path) {
         println!("/{path:<10} 500  failing on purpose (--fail-path)");
-        return StatusCode::INTERNAL_SERVER_ERROR;
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
     let id = match verify_request(&rx.keys, &headers, &body, unix_now()) {
         Ok(id) => id,
         Err(reason) => {
             println!("/{path:<10} 401  rejected: {reason}");
-            return StatusCode::UNAUTHORIZED;
+            return StatusCode::UNAUTHORIZED.into_response();
         }
     };
     let event: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    if let Some(challenge) = challenge_answer(&event) {
+        println!("/{path:<10} 200  {id} verification challenge echoed");
+        return (StatusCode::OK, challenge).into_response();
+    }
     let first = rx
         .seen
         .lock()
@@ -70,7 +77,7 @@ async fn receive(
         event["data"],
         if first { "" } else { "  (duplicate, ignored)" }
     );
-    StatusCode::NO_CONTENT
+    StatusCode::NO_CONTENT.into_response()
 }
 
 #[tokio::main]
