@@ -139,10 +139,13 @@ echo "receiver: $receiver (log: $dir/receiver.log)"
 say "Applying the tenant's endpoints (examples/demo = examples/tenant with URLs of $receiver)"
 kubectl kustomize examples/demo | sed "s#http://RECEIVER#$receiver#" |
 	kubectl apply --server-side -f -
-wait_for "every WebhookEndpoint to be Ready" 60 \
-	kubectl wait --for condition=Ready --timeout=1s -n "$ns" webhookendpoints --all
+wait_for "every WebhookEndpoint but 'alerts' to be Ready" 60 \
+	kubectl wait --for condition=Ready --timeout=1s -n "$ns" webhookendpoints -l 'herald.dev/demo!=verify'
 show kubectl get webhookendpoints -n "$ns"
 echo "Ready: the operator accepted them and published their configuration to NATS."
+echo "'alerts' asks to be verified (spec.verify) and waits for a dispatcher to challenge its receiver:"
+show kubectl get webhookendpoint -n "$ns" alerts \
+	-o jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.reason}: {.message}{"\n"}{end}'
 
 say "Starting herald-dispatcher (log: $dir/dispatcher.log)"
 start dispatcher "$bin/herald-dispatcher" --nats-url "$nats" --replica-id demo-0 \
@@ -150,6 +153,10 @@ start dispatcher "$bin/herald-dispatcher" --nats-url "$nats" --replica-id demo-0
 	--listen 127.0.0.1:0
 dispatcher_runs() { alive "$dispatcher_pid" && grep -q 'dispatcher running' "$dir/dispatcher.log"; }
 wait_for "herald-dispatcher to run (see $dir/dispatcher.log)" 60 dispatcher_runs
+wait_for "the alerts endpoint's receiver to echo the verification challenge" 60 \
+	kubectl wait --for condition=Verified --timeout=1s -n "$ns" webhookendpoint alerts
+show kubectl get webhookendpoint -n "$ns" alerts \
+	-o jsonpath='{range .status.conditions[?(@.type=="Verified")]}{.reason}: {.message}{"\n"}{end}'
 
 say "Publishing events to NATS (herald.events.$ns.<type>) with herald-producer"
 show "$bin/herald-producer" -n "$ns" -t order.created --count 5
