@@ -643,9 +643,21 @@ async fn a_header_takes_its_value_from_a_secret_and_follows_it() {
         events.contains("HeaderSecretNotFound"),
         "the Event of the hold is missing"
     );
+    // Nor in the endpoint's entry in herald-config, which herald-api reads: the value is
+    // in the dispatchers-only `cred.` entry.
+    let js = async_nats::jetstream::new(ctx.nats.clone());
+    let config = js.get_key_value("herald-config").await.unwrap();
+    let key = herald_core::dataplane::EndpointKey::new(&ctx.namespace, "billing");
+    let entry = config.get(key.config_key()).await.unwrap().unwrap();
+    let entry = String::from_utf8_lossy(&entry).into_owned();
+    assert!(entry.contains("\"credentials\""), "{entry}");
+    let credentials = herald_core::dataplane::BucketKey::Credentials(key).to_string();
+    let credentials = config.get(credentials).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&credentials).contains("third-4a0b"));
     for token in ["first-7c1d", "second-9e2f", "third-4a0b"] {
         assert!(!status.contains(token), "{token} in the status: {status}");
         assert!(!events.contains(token), "{token} in an Event");
+        assert!(!entry.contains(token), "{token} in the ep. entry: {entry}");
     }
     let _ = stop_operator.send(());
     ctx.cleanup().await;

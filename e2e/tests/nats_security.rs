@@ -399,6 +399,12 @@ async fn api_as_own_identity(env: &'static TestEnv, ns: &str, rx: &Receiver, web
     let keys = format!("$JS.API.DIRECT.GET.KV_herald-config.$KV.herald-config.key.{ns}.keys");
     let _ = api.client.request(keys.clone(), "".into()).await;
     api.refused("the API reading signing keys", &keys).await;
+    // Nor an endpoint's values from Secrets (header credentials, client keys).
+    let credentials =
+        format!("$JS.API.DIRECT.GET.KV_herald-config.$KV.herald-config.cred.{ns}.orders");
+    let _ = api.client.request(credentials.clone(), "".into()).await;
+    api.refused("the API reading endpoint credentials", &credentials)
+        .await;
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@
 use std::fmt;
 
 pub mod attempt_log;
+pub mod credentials;
 pub mod dead_letter;
 pub mod idempotency;
 pub mod lane;
@@ -17,6 +18,7 @@ pub mod layout;
 pub mod records;
 
 pub use attempt_log::Newest;
+pub use credentials::Credentials;
 pub use dead_letter::DeadLetter;
 pub use lane::{LaneError, LaneMessage, Origin};
 pub use records::{
@@ -179,7 +181,7 @@ impl fmt::Debug for EndpointKey {
 /// configuration or health, `key.<ns>.<secret>` for a signing secret's key set,
 /// `state.<shard>.<ns>.<name>` for delivery state that must outlive a dispatcher,
 /// `replay.<ns>.<name>` for a `WebhookReplay`'s request, `verify.<ns>.<name>` for an
-/// endpoint's verification.
+/// endpoint's verification, `cred.<ns>.<name>` for its values from Secrets.
 /// Parsed and printed only here, so the operator and the dispatchers cannot disagree.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum BucketKey {
@@ -206,6 +208,9 @@ pub enum BucketKey {
     /// to the endpoint showed ([`crate::verification::VerificationReport`]), written by
     /// the dispatcher owning its shard.
     Verification(EndpointKey),
+    /// `cred.<ns>.<name>` in [`CONFIG_BUCKET`]: the endpoint's values from Secrets
+    /// ([`Credentials`]), written by the operator, read by the dispatchers alone.
+    Credentials(EndpointKey),
 }
 
 impl BucketKey {
@@ -216,6 +221,7 @@ impl BucketKey {
     const SHARD_COUNT: &str = "layout.shards";
     const TENANT: &str = "tenant.";
     const VERIFICATION: &str = "verify.";
+    const CREDENTIALS: &str = "cred.";
 
     /// The key of `WebhookReplay` `name` in `namespace`.
     pub fn replay(namespace: &str, name: &str) -> Self {
@@ -260,6 +266,8 @@ impl BucketKey {
             EndpointKey::parse(rest).map(Self::Replay)
         } else if let Some(rest) = key.strip_prefix(Self::VERIFICATION) {
             EndpointKey::parse(rest).map(Self::Verification)
+        } else if let Some(rest) = key.strip_prefix(Self::CREDENTIALS) {
+            EndpointKey::parse(rest).map(Self::Credentials)
         } else if let Some(rest) = key.strip_prefix(Self::LASTING) {
             let (shard, rest) = rest.split_once('.')?;
             Some(Self::Lasting {
@@ -280,6 +288,7 @@ impl BucketKey {
             | Self::KeySet(k)
             | Self::Replay(k)
             | Self::Verification(k)
+            | Self::Credentials(k)
             | Self::Lasting { key: k, .. } => k.namespace(),
             Self::Tenant(ns) => ns,
             Self::ShardCount => "",
@@ -297,6 +306,7 @@ impl fmt::Display for BucketKey {
             Self::ShardCount => f.write_str(Self::SHARD_COUNT),
             Self::Tenant(ns) => write!(f, "{}{ns}", Self::TENANT),
             Self::Verification(k) => write!(f, "{}{k}", Self::VERIFICATION),
+            Self::Credentials(k) => write!(f, "{}{k}", Self::CREDENTIALS),
         }
     }
 }
@@ -667,6 +677,9 @@ mod tests {
         );
         assert_eq!(verification.namespace(), "shop");
         assert_eq!(BucketKey::verification_filter(), "verify.>");
+        let credentials = BucketKey::Credentials(EndpointKey::new("shop", "orders"));
+        assert_eq!(credentials.to_string(), "cred.shop.orders");
+        assert_eq!(BucketKey::parse("cred.shop.orders"), Some(credentials));
         for bad in [
             "tenant.",
             "tenant.shop.x",

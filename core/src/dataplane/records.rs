@@ -56,6 +56,11 @@ pub struct EndpointConfig {
     /// is echoed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub verify: bool,
+    /// The version ([`super::Credentials::fingerprint`]) of the values from Secrets the
+    /// endpoint needs, kept under `cred.<ns>.<name>`: in this entry each header with a
+    /// `valueFrom` has an empty value and `tls` is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<String>,
 }
 
 /// Why delivery to an endpoint is held: a condition reason and message a tenant can
@@ -95,6 +100,7 @@ impl EndpointConfig {
                 .cloned(),
             held: None,
             verify: false,
+            credentials: None,
         }
     }
 

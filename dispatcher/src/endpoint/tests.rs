@@ -40,6 +40,7 @@ pub(super) fn state_keyed(
         enable_token: None,
         held: None,
         verify: false,
+        credentials: None,
     };
     let ep = Endpoint::compile_for_test(config);
     let key =

@@ -14,7 +14,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock, Weak};
 
 use herald_core::dataplane::{
-    BucketKey, EndpointConfig, EndpointKey, KeySet, TenantPolicy, keyset_key,
+    BucketKey, Credentials, EndpointConfig, EndpointKey, KeySet, TenantPolicy, keyset_key,
 };
 use herald_core::pattern::Pattern;
 use herald_core::signing::SigningKey;
@@ -40,7 +40,7 @@ impl Endpoint {
     /// An endpoint straight from a configuration (tests).
     #[cfg(test)]
     pub fn compile_for_test(config: EndpointConfig) -> Self {
-        compile(&serde_json::to_vec(&config).expect("config serializes")).expect("valid config")
+        compile_config(config).expect("valid config")
     }
 
     /// A copy (tests change configurations through it).
@@ -91,6 +91,11 @@ struct Inner {
     tenants: HashMap<String, TenantPolicy>,
     /// The endpoints whose configuration asks for a verification challenge (few).
     verifying: BTreeSet<EndpointKey>,
+    /// The values from Secrets of the endpoints of the shards delivered here.
+    credentials: HashMap<EndpointKey, Arc<Credentials>>,
+    /// The entries, as read, of the endpoints that need credentials: applied again when
+    /// theirs arrive or change.
+    needing: HashMap<EndpointKey, Vec<u8>>,
     scope: Scope,
 }
 
@@ -125,10 +130,14 @@ impl Inner {
             endpoints,
             namespaces,
             verifying,
+            credentials,
+            needing,
             scope,
             ..
         } = self;
         verifying.retain(|key| endpoints.get(key).is_some_and(|e| scope.keeps(&e.config)));
+        credentials.retain(|_, c| scope.keeps_shard(c.shard));
+        needing.retain(|key, _| endpoints.get(key).is_some_and(|e| scope.keeps(&e.config)));
         endpoints.retain(|_, endpoint| {
             let keep = scope.keeps(&endpoint.config);
             if !keep && let Some(namespace) = namespaces.get_mut(&endpoint.config.namespace) {
@@ -274,6 +283,7 @@ impl Index {
             Some(BucketKey::Endpoint(endpoint)) => self.apply_endpoint(key, endpoint, value),
             Some(BucketKey::KeySet(secret)) => self.apply_keys(key, secret, value),
             Some(BucketKey::Tenant(namespace)) => self.apply_tenant(key, namespace, value),
+            Some(BucketKey::Credentials(endpoint)) => self.apply_credentials(key, endpoint, value),
             // Not endpoint configuration.
             Some(
                 BucketKey::Lasting { .. }
@@ -293,7 +303,7 @@ impl Index {
         ep_key: EndpointKey,
         value: Option<&[u8]>,
     ) -> Option<Change> {
-        let endpoint = match value.map(compile) {
+        let endpoint = match value.map(|v| self.compile_with_credentials(&ep_key, v)) {
             None => None,
             Some(Ok(endpoint)) => Some(Arc::new(endpoint)),
             Some(Err(error)) => {
@@ -324,6 +334,14 @@ impl Index {
             }
         }
         inner.verifying.remove(&ep_key);
+        match (&endpoint, value) {
+            (Some(e), Some(entry)) if e.config.credentials.is_some() => {
+                inner.needing.insert(ep_key.clone(), entry.to_vec());
+            }
+            _ => {
+                inner.needing.remove(&ep_key);
+            }
+        }
         if let Some(endpoint) = endpoint {
             if endpoint.config.verify {
                 inner.verifying.insert(ep_key.clone());
@@ -441,8 +459,7 @@ pub enum ConfigError {
     },
 }
 
-fn compile(value: &[u8]) -> Result<Endpoint, ConfigError> {
-    let config: EndpointConfig = serde_json::from_slice(value)?;
+fn compile_config(config: EndpointConfig) -> Result<Endpoint, ConfigError> {
     url::Url::parse(&config.url)?;
     let mut wildcards = Vec::new();
     for text in &config.event_types {
@@ -473,6 +490,7 @@ fn parse_keys(value: &[u8]) -> Result<Arc<[SigningKey]>, ConfigError> {
         .collect()
 }
 
+mod credentials;
 mod follow;
 mod matcher;
 pub mod scope;

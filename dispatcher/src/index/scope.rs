@@ -48,6 +48,13 @@ impl Scope {
                 .contains_key(&Claim::Shard(partition_of(&config.namespace, shards)))
     }
 
+    /// Whether the scope delivers `shard` (its endpoints' credentials are needed here).
+    pub fn keeps_shard(&self, shard: u32) -> bool {
+        self.shards.is_none()
+            || self.claims.contains_key(&Claim::Everything)
+            || self.claims.contains_key(&Claim::Shard(shard))
+    }
+
     /// Adds a claim; true when the scope grew (the first claim of its kind on a scoped
     /// index), so entries skipped before must be read again.
     pub fn add(&mut self, claim: Claim) -> bool {

@@ -259,3 +259,88 @@ mod against_a_scan {
         }
     }
 }
+
+/// An endpoint with a header from a Secret and a client certificate, as the operator
+/// publishes it: the `ep.` entry without the values, the `cred.` entry with them.
+fn with_credentials(token: &str, shard: u32) -> (Vec<u8>, Vec<u8>) {
+    let mut config: EndpointConfig = serde_json::from_value(serde_json::json!({
+        "namespace": "shop", "name": "billing", "uid": "u1", "generation": 1,
+        "url": "https://hooks.example.com/", "eventTypes": ["*"], "secret": "s",
+        "delivery": {}, "shard": shard,
+        "headers": [{"name": "Authorization", "value": token,
+                     "valueFrom": {"secretKeyRef": {"name": "auth", "key": "token"}}}]
+    }))
+    .unwrap();
+    config.tls = Some(Arc::new(herald_core::dataplane::TlsMaterial {
+        client_cert: Some("CERT".into()),
+        client_key: Some("KEY".into()),
+        ca: None,
+    }));
+    let credentials = Credentials::split(&mut config).unwrap();
+    (
+        serde_json::to_vec(&config).unwrap(),
+        serde_json::to_vec(&credentials).unwrap(),
+    )
+}
+
+#[test]
+fn an_endpoint_is_held_until_its_credentials_arrive_and_follows_their_changes() {
+    let index = Index::default();
+    let key = EndpointKey::new("shop", "billing");
+    let (entry, credentials) = with_credentials("Bearer one", 0);
+    index.apply("ep.shop.billing", Some(&entry));
+    let held = index.endpoint(&key).unwrap();
+    assert_eq!(
+        held.config.held.as_ref().map(|h| h.reason.as_str()),
+        Some(credentials::CREDENTIALS_PENDING)
+    );
+    assert_eq!(
+        held.config.headers[0].value, "",
+        "no value without credentials"
+    );
+    let mut changes = index.subscribe();
+    index.apply("cred.shop.billing", Some(&credentials));
+    assert!(matches!(changes.try_recv(), Ok(Change::Endpoint(_))));
+    let ready = index.endpoint(&key).unwrap();
+    assert_eq!(ready.config.held, None);
+    assert_eq!(ready.config.headers[0].value, "Bearer one");
+    assert_eq!(
+        ready.config.tls.as_ref().unwrap().client_key.as_deref(),
+        Some("KEY")
+    );
+    // A rotated token: the new credentials come first, then the entry naming them.
+    let (entry, credentials) = with_credentials("Bearer two", 0);
+    index.apply("cred.shop.billing", Some(&credentials));
+    let between = index.endpoint(&key).unwrap();
+    assert_eq!(
+        between.config.held.as_ref().map(|h| h.reason.as_str()),
+        Some(credentials::CREDENTIALS_PENDING),
+        "the old entry does not take the new credentials"
+    );
+    index.apply("ep.shop.billing", Some(&entry));
+    let rotated = index.endpoint(&key).unwrap();
+    assert_eq!(rotated.config.held, None);
+    assert_eq!(rotated.config.headers[0].value, "Bearer two");
+    // Deleted: nothing kept.
+    index.apply("ep.shop.billing", None);
+    index.apply("cred.shop.billing", None);
+    let inner = index.inner.read().unwrap();
+    assert!(inner.credentials.is_empty() && inner.needing.is_empty());
+}
+
+#[test]
+fn a_replica_keeps_only_the_credentials_of_the_shards_it_delivers() {
+    let index = Index::default();
+    index.scope_to(4);
+    let (_, theirs) = with_credentials("Bearer x", 2);
+    index.apply("cred.shop.billing", Some(&theirs));
+    assert!(index.inner.read().unwrap().credentials.is_empty());
+    index
+        .inner
+        .write()
+        .unwrap()
+        .scope
+        .add(scope::Claim::Shard(2));
+    index.apply("cred.shop.billing", Some(&theirs));
+    assert_eq!(index.inner.read().unwrap().credentials.len(), 1);
+}

@@ -9,7 +9,7 @@
 //! resource that does not validate or does not decode is held with its last good
 //! configuration.
 
-use herald_core::dataplane::{EndpointConfig, EndpointKey, shard_for};
+use herald_core::dataplane::{BucketKey, Credentials, EndpointConfig, EndpointKey, shard_for};
 use herald_core::names::{self, condition};
 use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint, WebhookEndpointStatus};
 use k8s_openapi::api::core::v1::Secret;
@@ -49,6 +49,8 @@ struct Observed {
 struct Decision {
     validity: Result<u32, Invalid>,
     publication: Publication,
+    /// The values from Secrets of a fresh publication, split from it.
+    credentials: Option<Credentials>,
     status: WebhookEndpointStatus,
 }
 
@@ -169,25 +171,39 @@ fn decide(obj: &WebhookEndpoint, observed: &Observed, ctx: &Context, now: &Time)
     let (required, report) = &observed.verification;
     let uid = obj.metadata.uid.as_deref().unwrap_or_default();
     let verification = verification::state(*required, report.as_ref(), uid, &obj.spec.url);
-    if let Publication::Fresh(config) = &mut publication {
-        verification.apply(config);
-    }
+    let credentials = match &mut publication {
+        Publication::Fresh(config) => {
+            verification.apply(config);
+            // Out of the entry herald-api reads.
+            Credentials::split(config)
+        }
+        _ => None,
+    };
     let status = build::status(obj, &validity, &publication, &verification, now);
     Decision {
         validity,
         publication,
+        credentials,
         status,
     }
 }
 
-/// Writes the entry when it should change. Never deletes one of this endpoint.
+/// Writes the entry when it should change, and the credentials of a fresh one before it
+/// (the dispatchers hold an entry whose credentials they do not have yet). Never
+/// deletes one of this endpoint.
 async fn publish(
     ctx: &Context,
     key: &EndpointKey,
     current: Option<&[u8]>,
     publication: &Publication,
+    credentials: Option<&Credentials>,
 ) -> Result<(), Error> {
     let config_key = key.config_key();
+    let credentials_key = BucketKey::Credentials(key.clone()).to_string();
+    if let Some(credentials) = credentials {
+        let value = serde_json::to_vec(credentials).expect("credentials serialize");
+        nats::put_if_changed(&ctx.config_kv, &credentials_key, value).await?;
+    }
     match publication {
         Publication::Fresh(config) | Publication::Held(config) => {
             let value = serde_json::to_vec(config).unwrap_or_default();
@@ -199,9 +215,14 @@ async fn publish(
         }
         Publication::Stale => {
             nats::delete_if_present(&ctx.config_kv, &config_key).await?;
+            nats::delete_if_present(&ctx.config_kv, &credentials_key).await?;
             tracing::info!(endpoint = %key, "withdrew the configuration of a deleted endpoint");
         }
         Publication::Nothing => {}
+    }
+    // A fresh entry that needs none any more.
+    if let (Publication::Fresh(_), None) = (publication, credentials) {
+        nats::delete_if_present(&ctx.config_kv, &credentials_key).await?;
     }
     Ok(())
 }
@@ -218,7 +239,8 @@ pub(super) async fn apply(
     let observed = dereference(obj, &ns, ctx).await?;
     let decision = decide(obj, &observed, ctx, &Time(Timestamp::now()));
     let current = observed.current.as_ref().map(|(raw, _)| raw.as_slice());
-    publish(ctx, &key, current, &decision.publication).await?;
+    let credentials = decision.credentials.as_ref();
+    publish(ctx, &key, current, &decision.publication, credentials).await?;
 
     let old = obj.status.clone().unwrap_or_default();
     if !recorded.present || recorded.controller != cached::fingerprint(&decision.status) {
@@ -272,6 +294,8 @@ async fn announce(
 pub(super) async fn withdraw(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
     let key = EndpointKey::new(ns, name);
     nats::delete_if_present(&ctx.config_kv, &key.config_key()).await?;
+    let credentials = BucketKey::Credentials(key.clone()).to_string();
+    nats::delete_if_present(&ctx.config_kv, &credentials).await?;
     ctx.states.remove(&key);
     tracing::info!(endpoint = %key, "endpoint deleted; configuration withdrawn");
     Ok(())
@@ -294,7 +318,7 @@ pub(super) async fn hold_undecodable(
     let uid = guard.uid().unwrap_or_default();
     let publication = build::hold(current.as_ref().and_then(|(_, c)| c.clone()), &uid, &why);
     let raw = current.as_ref().map(|(raw, _)| raw.as_slice());
-    publish(ctx, &key, raw, &publication).await?;
+    publish(ctx, &key, raw, &publication, None).await?;
     ctx.plumbing.report_undecodable(guard, invalid).await;
     Ok(())
 }
