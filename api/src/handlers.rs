@@ -238,7 +238,7 @@ pub async fn get_delivery(
     let request_body = stored
         .as_ref()
         .and_then(|e| crate::enqueue::delivered_body(e, app.settings.max_event_bytes))
-        .map(|body| wire::RequestBody::of(&body));
+        .map(|body| wire::RequestBody::redacted(&body, &config.delivery.redact_response_fields));
     Ok(Json(wire::DeliveryDetail {
         event_id: delivery.event_id,
         event_type,

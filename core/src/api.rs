@@ -206,6 +206,29 @@ pub struct RequestBody {
 pub const REQUEST_BODY_BYTES: usize = 4096;
 
 impl RequestBody {
+    /// [`Self::of`] `body` with the value at each JSON Pointer of `fields` (the
+    /// endpoint's `redactResponseFields`) redacted, as the attempt log redacts responses;
+    /// a body that is not JSON is not shown at all then.
+    pub fn redacted(body: &[u8], fields: &[String]) -> Self {
+        if fields.is_empty() {
+            return Self::of(body);
+        }
+        match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(mut json) => {
+                crate::redact::json_fields(&mut json, fields);
+                Self {
+                    bytes: body.len() as u64,
+                    ..Self::of(json.to_string().as_bytes())
+                }
+            }
+            Err(_) => Self {
+                body: "[request body not shown: not JSON and redactResponseFields is set]".into(),
+                bytes: body.len() as u64,
+                truncated: false,
+            },
+        }
+    }
+
     /// The first [`REQUEST_BODY_BYTES`] of `body`, cut at a character boundary.
     pub fn of(body: &[u8]) -> Self {
         let text = String::from_utf8_lossy(body);
@@ -425,6 +448,17 @@ mod tests {
         assert!(cut.truncated && cut.body.len() <= REQUEST_BODY_BYTES);
         assert_eq!(cut.bytes, 2 * REQUEST_BODY_BYTES as u64);
         assert!(!RequestBody::of(b"{}").truncated);
+        // The endpoint's redactResponseFields apply to the request body too.
+        let event = br#"{"type":"order.paid","data":{"card":"4242 4242","id":"o-1"}}"#;
+        let shown = RequestBody::redacted(event, &["/data/card".into()]);
+        assert!(
+            !shown.body.contains("4242") && shown.body.contains("o-1"),
+            "{shown:?}"
+        );
+        assert_eq!(shown.bytes, event.len() as u64);
+        assert_eq!(RequestBody::redacted(event, &[]), RequestBody::of(event));
+        let not_json = RequestBody::redacted(b"card=4242", &["/card".into()]);
+        assert!(!not_json.body.contains("4242"), "{not_json:?}");
         fn round_trip<T: Serialize + DeserializeOwned + PartialEq + fmt::Debug>(value: T) {
             let json = serde_json::to_value(&value).unwrap();
             assert_eq!(serde_json::from_value::<T>(json).unwrap(), value);

@@ -24,6 +24,7 @@ pub mod flags;
 pub mod names;
 pub mod operational;
 pub mod pattern;
+pub mod redact;
 pub mod signing;
 pub mod ssrf;
 pub mod v1alpha1;

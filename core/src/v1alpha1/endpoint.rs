@@ -293,8 +293,10 @@ pub struct DeliveryPolicy {
     /// the JSON is kept re-written compactly with object keys in alphabetical order. A
     /// pointer that matches nothing is ignored. With at least one pointer set, a response
     /// that is not one complete JSON document (not JSON, or longer than the 64 KiB Herald
-    /// reads) is not kept at all: the attempt log says so instead. The values of
-    /// credential-like request headers and the signature are always redacted. At most 16.
+    /// reads) is not kept at all: the attempt log says so instead. The same pointers are
+    /// redacted in the request body a delivery's detail shows (the event as delivered).
+    /// The values of credential-like request headers and the signature are always
+    /// redacted. At most 16.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::json_pointers")]
     pub redact_response_fields: Vec<String>,

@@ -14,8 +14,7 @@ pub(crate) const MAX_BODY_READ: usize = 64 * 1024;
 /// Bytes read beyond the snippet before redacting, so a secret that starts inside the
 /// snippet is whole when it is looked for (a header value is at most 4 KiB).
 const REDACT_LOOKAHEAD: usize = 4096 + 64;
-/// What a redacted value becomes in the attempt log.
-const REDACTED: &str = "[redacted]";
+use herald_core::redact::REDACTED;
 /// The snippet of a response that cannot be redacted field by field.
 pub(crate) const NOT_KEPT: &str =
     "[response not kept: not complete JSON and redactResponseFields is set]";
@@ -74,11 +73,7 @@ fn snippet(body: &[u8], complete: bool, fields: &[String], secrets: &[&str]) -> 
     let Some(mut json) = parsed else {
         return NOT_KEPT.to_owned();
     };
-    for field in fields {
-        if let Some(value) = json.pointer_mut(field) {
-            *value = serde_json::Value::String(REDACTED.to_owned());
-        }
-    }
+    herald_core::redact::json_fields(&mut json, fields);
     redact(&json.to_string(), secrets)
 }
 
