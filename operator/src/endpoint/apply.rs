@@ -189,12 +189,14 @@ fn decide(obj: &WebhookEndpoint, observed: &Observed, ctx: &Context, now: &Time)
 }
 
 /// Writes the entry when it should change, and the credentials of a fresh one before it
-/// (the dispatchers hold an entry whose credentials they do not have yet). Never
+/// (the dispatchers hold an entry whose credentials they do not have yet); deletes the
+/// credentials once the entry that named them (`had_credentials`) needs none. Never
 /// deletes one of this endpoint.
 async fn publish(
     ctx: &Context,
     key: &EndpointKey,
     current: Option<&[u8]>,
+    had_credentials: bool,
     publication: &Publication,
     credentials: Option<&Credentials>,
 ) -> Result<(), Error> {
@@ -220,8 +222,8 @@ async fn publish(
         }
         Publication::Nothing => {}
     }
-    // A fresh entry that needs none any more.
-    if let (Publication::Fresh(_), None) = (publication, credentials) {
+    // A fresh entry that needs none any more (no read for the many that never had any).
+    if let (Publication::Fresh(_), None, true) = (publication, credentials, had_credentials) {
         nats::delete_if_present(&ctx.config_kv, &credentials_key).await?;
     }
     Ok(())
@@ -239,8 +241,21 @@ pub(super) async fn apply(
     let observed = dereference(obj, &ns, ctx).await?;
     let decision = decide(obj, &observed, ctx, &Time(Timestamp::now()));
     let current = observed.current.as_ref().map(|(raw, _)| raw.as_slice());
+    let had_credentials = observed
+        .current
+        .as_ref()
+        .and_then(|(_, decoded)| decoded.as_ref())
+        .is_some_and(|c| c.credentials.is_some());
     let credentials = decision.credentials.as_ref();
-    publish(ctx, &key, current, &decision.publication, credentials).await?;
+    publish(
+        ctx,
+        &key,
+        current,
+        had_credentials,
+        &decision.publication,
+        credentials,
+    )
+    .await?;
 
     let old = obj.status.clone().unwrap_or_default();
     if !recorded.present || recorded.controller != cached::fingerprint(&decision.status) {
@@ -318,7 +333,7 @@ pub(super) async fn hold_undecodable(
     let uid = guard.uid().unwrap_or_default();
     let publication = build::hold(current.as_ref().and_then(|(_, c)| c.clone()), &uid, &why);
     let raw = current.as_ref().map(|(raw, _)| raw.as_slice());
-    publish(ctx, &key, raw, &publication, None).await?;
+    publish(ctx, &key, raw, false, &publication, None).await?;
     ctx.plumbing.report_undecodable(guard, invalid).await;
     Ok(())
 }
