@@ -130,6 +130,44 @@ fn start_operator(ctx: &TestContext) -> oneshot::Sender<()> {
     tx
 }
 
+/// The `(status, reason, message)` of condition `type_` of endpoint `name`.
+async fn condition(
+    endpoints: &Api<WebhookEndpoint>,
+    name: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let status = endpoints.get(name).await.ok()?.status?;
+    let c = status.conditions.into_iter().find(|c| c.type_ == type_)?;
+    Some((c.status, c.reason, c.message))
+}
+
+/// Waits until condition `type_` of `name` has `status` and `reason`; its message.
+async fn until_condition(
+    endpoints: &Api<WebhookEndpoint>,
+    name: &str,
+    type_: &str,
+    (status, reason): (&str, &str),
+) -> String {
+    eventually(
+        &format!("{name}: {type_} {status} {reason}"),
+        WAIT,
+        || async {
+            condition(endpoints, name, type_)
+                .await
+                .filter(|(s, r, _)| s == status && r == reason)
+                .map(|(_, _, message)| message)
+        },
+    )
+    .await
+}
+
+/// The key a SigningSecret's Secret `name` signs with now.
+async fn current_key(ctx: &TestContext, name: &str) -> SigningKey {
+    let secret: Secret = ctx.api::<Secret>().get(name).await.unwrap();
+    let whsec = String::from_utf8(secret.data.unwrap()["current"].0.clone()).unwrap();
+    SigningKey::from_whsec(&whsec).unwrap()
+}
+
 fn apply(ctx: &TestContext, manifest: serde_json::Value) {
     let out = private_env().kubectl_apply(&ctx.namespace, &manifest);
     assert!(
@@ -193,19 +231,7 @@ async fn a_tenant_applies_resources_and_receives_verified_webhooks_even_while_th
         }),
     );
     let endpoints: Api<WebhookEndpoint> = ctx.api();
-    eventually("the endpoint Ready", WAIT, || {
-        let endpoints = endpoints.clone();
-        async move {
-            let ep = endpoints.get("orders").await.ok()?;
-            let status = ep.status?;
-            status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-                .then_some(())
-        }
-    })
-    .await;
+    until_condition(&endpoints, "orders", "Ready", ("True", "Accepted")).await;
     // Config reaches the dispatcher through KV a moment after Ready.
     let secret: Secret = ctx.api::<Secret>().get("orders").await.unwrap();
     let whsec = String::from_utf8(secret.data.unwrap()["current"].0.clone()).unwrap();
@@ -587,17 +613,12 @@ async fn a_header_takes_its_value_from_a_secret_and_follows_it() {
         .await
         .unwrap();
     let endpoints: Api<WebhookEndpoint> = ctx.api();
-    let message = eventually("Ready False HeaderSecretNotFound", WAIT, || {
-        let endpoints = endpoints.clone();
-        async move {
-            let status = endpoints.get("billing").await.ok()?.status?;
-            status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "Ready" && c.reason == "HeaderSecretNotFound")
-                .map(|c| c.message.clone())
-        }
-    })
+    let message = until_condition(
+        &endpoints,
+        "billing",
+        "Ready",
+        ("False", "HeaderSecretNotFound"),
+    )
     .await;
     assert!(
         message.contains("Authorization") && message.contains("receiver-auth/token"),

@@ -9,37 +9,6 @@ use kube::api::{Patch, PatchParams};
 
 use super::*;
 
-/// The `(status, reason, message)` of condition `type_` of endpoint `name`.
-async fn condition(
-    endpoints: &Api<WebhookEndpoint>,
-    name: &str,
-    type_: &str,
-) -> Option<(String, String, String)> {
-    let status = endpoints.get(name).await.ok()?.status?;
-    let c = status.conditions.into_iter().find(|c| c.type_ == type_)?;
-    Some((c.status, c.reason, c.message))
-}
-
-/// Waits until condition `type_` of `name` has `status` and `reason`; its message.
-async fn until_condition(
-    endpoints: &Api<WebhookEndpoint>,
-    name: &str,
-    type_: &str,
-    (status, reason): (&str, &str),
-) -> String {
-    eventually(
-        &format!("{name}: {type_} {status} {reason}"),
-        WAIT,
-        || async {
-            condition(endpoints, name, type_)
-                .await
-                .filter(|(s, r, _)| s == status && r == reason)
-                .map(|(_, _, message)| message)
-        },
-    )
-    .await
-}
-
 fn is_challenge(r: &Received) -> bool {
     r.json()["type"] == EVENT_TYPE
 }
@@ -89,9 +58,7 @@ async fn an_endpoint_receives_nothing_until_its_receiver_echoes_the_challenge() 
     );
 
     // The challenge is a signed webhook with a fresh challenge each time.
-    let secret: Secret = ctx.api::<Secret>().get("keys").await.unwrap();
-    let whsec = String::from_utf8(secret.data.unwrap()["current"].0.clone()).unwrap();
-    let key = SigningKey::from_whsec(&whsec).unwrap();
+    let key = current_key(&ctx, "keys").await;
     let challenges: Vec<Received> = rx
         .received("asks")
         .into_iter()
