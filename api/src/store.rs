@@ -378,8 +378,14 @@ pub fn lane_subjects(config: &EndpointConfig) -> Vec<String> {
         .to_vec()
 }
 
+/// How long a read waits for the next message it counted as pending. Messages can be
+/// removed after they were counted (a lane is purged as its deliveries finish); the
+/// read would then wait for them forever, holding the caller's scan.
+const READ_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Reads `subjects` of `stream` from `start` to the end as it was when the read began,
-/// at most `max` messages, handing each with its sequence to `each`.
+/// at most `max` messages, handing each with its sequence to `each`. Ends early when
+/// nothing arrives for [`READ_IDLE`]: the rest was removed meanwhile.
 async fn read(
     stream: &Stream,
     subjects: Vec<String>,
@@ -404,7 +410,7 @@ async fn read(
     let mut messages = consumer.messages().await?;
     let mut read = 0;
     while remaining > 0 && read < max {
-        let Some(message) = messages.next().await else {
+        let Ok(Some(message)) = tokio::time::timeout(READ_IDLE, messages.next()).await else {
             break;
         };
         let message = message?;
