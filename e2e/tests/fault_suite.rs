@@ -9,6 +9,8 @@
 //! - b: nats-server restarts (single node);
 //! - c: `kill -9` of the node of a 3-node JetStream cluster that leads
 //!   `HERALD_DELIVERIES`, later of the one that leads `HERALD_EVENTS`, each brought back;
+//!   each endpoint must deliver again within 10 s of its stream's new leader (the
+//!   election itself, nats-server's, is reported beside it);
 //! - d: dispatchers scaled 1 → 3 → 1 (graceful SIGINT), one of them SIGKILLed and
 //!   restarted in between;
 //! - e: receivers answering at random (seeded) with 500, hangs past the timeout,
@@ -38,15 +40,15 @@
 //! checks 5 s.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use herald_core::dataplane::{BucketKey, DELIVERIES_STREAM, EVENTS_STREAM, EndpointKey, shard_for};
 use herald_e2e::dataplane::{DataPlane, TEST_SECRET, TEST_SHARDS, endpoint};
 use herald_e2e::faults::{
     Dispatchers, LaneTap, Outcome, Published, Row, StreamSpec, account, await_delivery,
-    dump_receipts, explain_lost, misordered_ranges, pending_retries, progress_at, publish_stream,
-    shard_leases, shard_owners, stream_leader,
+    dump_receipts, explain_lost, misordered_ranges, new_leader, pending_retries, progress_at,
+    publish_stream, resumed_after, shard_leases, shard_owners, stream_leader,
 };
 use herald_e2e::receiver::{Answer, Behavior, Chaos, Fault, Receiver};
 use herald_e2e::{TestEnv, eventually, fault_lock, private_cluster_env, private_env};
@@ -217,9 +219,10 @@ impl Scenario {
     /// Prints what happens, with the time since the scenario began.
     fn say(&self, what: &str) {
         println!(
-            "[{} +{:.1}s] {what}",
+            "[{} +{:.1}s {}] {what}",
             self.label,
-            self.started.elapsed().as_secs_f64()
+            self.started.elapsed().as_secs_f64(),
+            jiff::Timestamp::now().strftime("%H:%M:%S%.3f")
         );
     }
 
@@ -441,9 +444,14 @@ impl Scenario {
         if !crashed.is_empty() {
             failures.push(format!("dispatchers exited on their own: {crashed:?}"));
         }
+        // Written for every run: where a slow delivery's time went is read from them.
+        let dumps: Vec<_> = self
+            .eps
+            .iter()
+            .map(|ep| dump_receipts(self.label, &published, &self.rx, ep.name, self.started))
+            .collect();
         if !failures.is_empty() {
-            for ep in &self.eps {
-                let file = dump_receipts(self.label, &published, &self.rx, ep.name, self.started);
+            for (ep, file) in self.eps.iter().zip(&dumps) {
                 println!(
                     "[{}] first receipts of /{}: {}",
                     self.label,

@@ -21,6 +21,43 @@ pub async fn stream_leader(js: &jetstream::Context, stream: &str) -> Option<Stri
         .leader
 }
 
+/// Polls `stream`'s leader every 100 ms from now until a node other than `killed`
+/// leads it, or any node does once `back` is set (the killed node restarted, and may
+/// lead again); the moment that was first seen, or `None` if not within `within`. Each
+/// poll waits 1 s at most: a stream without a leader does not answer its info request.
+pub async fn new_leader(
+    js: &jetstream::Context,
+    stream: &str,
+    killed: &str,
+    back: &std::sync::atomic::AtomicBool,
+    within: std::time::Duration,
+) -> Option<Instant> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let poll =
+            tokio::time::timeout(std::time::Duration::from_secs(1), stream_leader(js, stream));
+        if let Ok(Some(leader)) = poll.await
+            && (leader != killed || back.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            return Some(Instant::now());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// How long after `at` the first of `receipts` (first receipts, in arrival order) came:
+/// when deliveries resumed after a moment such as a new stream leader.
+pub fn resumed_after(
+    receipts: &[crate::receiver::FirstReceipt],
+    at: Instant,
+) -> Option<std::time::Duration> {
+    receipts
+        .iter()
+        .find(|r| r.at >= at)
+        .map(|r| r.at.duration_since(at))
+}
+
 /// Shard -> replica id of its lease holder, from `herald-shards`.
 pub async fn shard_owners(js: &jetstream::Context) -> BTreeMap<u32, String> {
     shard_leases(js)
