@@ -9,7 +9,12 @@
 #   ocibuild - scripts/ocibuild: assembles the OCI images (scripts/image.sh, `make image`)
 #   nats-server-old - a nats-server older than Herald supports, pinned below: the test
 #              that Herald refuses it (e2e/tests/nats_requirements.rs)
+#   nats-server-oldest, kube-apiserver-oldest - the oldest nats-server and Kubernetes
+#              Herald claims to support (the README's table), pinned below and in
+#              e2e/kube-oldest/go.mod: e2e/tests/oldest_versions.rs runs Herald on them
 #   kubectl  - only if none is on PATH; built from the pinned Kubernetes module
+#   node     - only when named: kubelet, kube-scheduler and kube-controller-manager from
+#              the pinned Kubernetes module, for a real node (e2e/node/)
 # Needs only Go; every dependency comes from the Go module proxy. Cheap when
 # nothing changed: each step is skipped when its binary is up to date.
 # With arguments, builds only the tools named (e.g. `scripts/build-e2e.sh helm-docs`).
@@ -20,6 +25,8 @@ HELM_DOCS_VERSION=v1.14.2
 CRANE_VERSION=v0.22.1
 # The newest nats-server without per-message schedules (2.12 added them).
 OLD_NATS_VERSION=v2.11.17
+# The oldest nats-server Herald supports: the newest patch of 2.12.
+OLDEST_NATS_VERSION=v2.12.15
 # Prometheus 3.x is published as Go module v0.3MM.P (3.16.0 = v0.316.0).
 PROMETHEUS_VERSION=3.16.0
 PROMETHEUS_MODULE_VERSION=v0.316.0
@@ -44,10 +51,11 @@ testenv_src="$repo/e2e/testenv"
 
 # Built from the module cache, Kubernetes reports version
 # "v0.0.0-master+$Format:%H$", which kubectl and Helm cannot parse. Stamp
-# the real one (the k8s.io/kubernetes version pinned in e2e/testenv/go.mod).
+# the real one (the k8s.io/kubernetes version pinned in the go.mod of the
+# module directory $1, by default e2e/testenv).
 k8s_ldflags() {
 	local v major minor pkg flags=""
-	v="$(cd "$testenv_src" && "$go" list -m -f '{{.Version}}' k8s.io/kubernetes)"
+	v="$(cd "${1:-$testenv_src}" && "$go" list -m -f '{{.Version}}' k8s.io/kubernetes)"
 	major="${v#v}"; major="${major%%.*}"
 	minor="${v#v*.}"; minor="${minor%%.*}"
 	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -146,6 +154,31 @@ else
 	echo "build-e2e: built $bin/nats-server-old in $(($(date +%s) - start))s"
 fi
 
+if ! want nats-server-oldest; then :
+elif [ -x "$bin/nats-server-oldest" ] && [[ "$("$bin/nats-server-oldest" --version 2>/dev/null)" == *"${OLDEST_NATS_VERSION}" ]]; then
+	echo "build-e2e: nats-server-oldest $OLDEST_NATS_VERSION is up to date ($bin/nats-server-oldest)"
+else
+	echo "build-e2e: building nats-server $OLDEST_NATS_VERSION as nats-server-oldest ..."
+	start=$(date +%s)
+	tmp_bin="$(mktemp -d)"
+	GOBIN="$tmp_bin" "$go" install "github.com/nats-io/nats-server/v2@$OLDEST_NATS_VERSION"
+	mv "$tmp_bin/nats-server" "$bin/nats-server-oldest"
+	rmdir "$tmp_bin"
+	echo "build-e2e: built $bin/nats-server-oldest in $(($(date +%s) - start))s"
+fi
+
+oldest_src="$repo/e2e/kube-oldest"
+if ! want kube-apiserver-oldest; then :
+elif [ -x "$bin/kube-apiserver-oldest" ] && [ -z "$(find "$oldest_src" -type f -newer "$bin/kube-apiserver-oldest" -print -quit)" ]; then
+	echo "build-e2e: kube-apiserver-oldest is up to date ($bin/kube-apiserver-oldest)"
+else
+	echo "build-e2e: building kube-apiserver-oldest (the Kubernetes of e2e/kube-oldest/go.mod: several minutes the first time) ..."
+	start=$(date +%s)
+	(cd "$oldest_src" && "$go" build -ldflags "$(k8s_ldflags "$oldest_src")" -o "$bin/kube-apiserver-oldest.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+	mv "$bin/kube-apiserver-oldest.tmp" "$bin/kube-apiserver-oldest"
+	echo "build-e2e: built $bin/kube-apiserver-oldest in $(($(date +%s) - start))s"
+fi
+
 if ! want kubectl; then :
 elif command -v kubectl >/dev/null 2>&1; then
 	echo "build-e2e: using kubectl from PATH ($(command -v kubectl))"
@@ -162,4 +195,19 @@ else
 	(cd "$testenv_src" && "$go" build -ldflags "$(k8s_ldflags)" -o "$bin/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
 	mv "$bin/kubectl.tmp" "$bin/kubectl"
 	echo "build-e2e: built $bin/kubectl in $(($(date +%s) - start))s; add $bin to PATH"
+fi
+
+# A real node's components (e2e/node/): only when asked for by name.
+if [[ "$only" == *" node "* ]]; then
+	for tool in kubelet kube-scheduler kube-controller-manager; do
+		if [ -x "$bin/$tool" ] && [ -z "$(find "$testenv_src/go.mod" -newer "$bin/$tool" -print -quit)" ]; then
+			echo "build-e2e: $tool is up to date ($bin/$tool)"
+			continue
+		fi
+		echo "build-e2e: building $tool from k8s.io/kubernetes/cmd/$tool ..."
+		start=$(date +%s)
+		(cd "$testenv_src" && "$go" build -ldflags "$(k8s_ldflags)" -o "$bin/$tool.tmp" "k8s.io/kubernetes/cmd/$tool")
+		mv "$bin/$tool.tmp" "$bin/$tool"
+		echo "build-e2e: built $bin/$tool in $(($(date +%s) - start))s"
+	done
 fi

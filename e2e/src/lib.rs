@@ -13,6 +13,7 @@ pub mod chaos;
 pub mod dataplane;
 pub mod faults;
 pub mod helm;
+pub mod nats_process;
 pub mod proxy;
 pub mod receiver;
 
@@ -47,6 +48,7 @@ static BENCHMARK_ENV: OnceLock<TestEnv> = OnceLock::new();
 static PRIVATE_CLUSTER_ENV: OnceLock<TestEnv> = OnceLock::new();
 static PRIVATE_SECURE_ENV: OnceLock<TestEnv> = OnceLock::new();
 static PRIVATE_JWT_ENV: OnceLock<TestEnv> = OnceLock::new();
+static PRIVATE_OLDEST_ENV: OnceLock<TestEnv> = OnceLock::new();
 static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The test environment of this run, started on first use when none was given.
@@ -79,6 +81,18 @@ pub fn private_benchmark_env() -> &'static TestEnv {
 /// and kill nodes should also hold [`fault_lock`].
 pub fn private_cluster_env() -> &'static TestEnv {
     PRIVATE_CLUSTER_ENV.get_or_init(|| TestEnv::start_with("cluster", &["--nats-cluster", "3"]))
+}
+
+/// An environment of this test process alone whose API server is the oldest Kubernetes
+/// Herald supports (`testenv run --kube-apiserver` with the `kube-apiserver-oldest` that
+/// `scripts/build-e2e.sh` built; no controller-manager, which must not be newer than its
+/// API server).
+pub fn private_oldest_env() -> &'static TestEnv {
+    PRIVATE_OLDEST_ENV.get_or_init(|| {
+        let apiserver = helm::built_tool("kube-apiserver-oldest");
+        let apiserver = apiserver.to_str().expect("a UTF-8 tool path");
+        TestEnv::start_with("oldest", &["--kube-apiserver", apiserver])
+    })
 }
 
 /// An environment of this test process alone whose NATS runs the way production should:

@@ -7,10 +7,12 @@
 # k8s.io/kubernetes must pin each staging module itself. The staging modules
 # are published with tag v0.<minor>.<patch> for kubernetes v1.<minor>.<patch>.
 #
-# Usage: ./gen-replaces.sh [KUBERNETES_VERSION]   (default v1.37.2)
+# Usage: ./gen-replaces.sh [KUBERNETES_VERSION] [MODULE_DIR]
+#   (defaults: v1.37.2, this directory; e2e/kube-oldest pins the oldest
+#   Kubernetes Herald supports the same way)
 # Prints the go mod edit commands it runs; run from anywhere.
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "${2:-$(dirname "$0")}"
 
 kver="${1:-v1.37.2}"
 sver="v0.${kver#v1.}"

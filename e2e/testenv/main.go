@@ -28,7 +28,7 @@ import (
 )
 
 const usage = `usage:
-  testenv run --dir DIR [--keep] [--nats-port N | --nats-cluster N | --nats-secure ACCOUNTS.conf [--nats-jwt]] [--parent-pid PID] [--exit-on-stdin-eof]
+  testenv run --dir DIR [--keep] [--nats-port N | --nats-cluster N | --nats-secure ACCOUNTS.conf [--nats-jwt]] [--kube-apiserver BINARY] [--parent-pid PID] [--exit-on-stdin-eof]
   testenv nats-restart --dir DIR
   testenv nats-kill --dir DIR --node I      (--nats-cluster only: SIGKILL node I)
   testenv nats-start --dir DIR --node I     (--nats-cluster only: start node I again)
@@ -56,6 +56,7 @@ func main() {
 		fs.BoolVar(&o.natsJWT, "nats-jwt", false, "with --nats-secure: the same accounts and permissions in operator (JWT) mode, a memory resolver and a .creds file per identity in DIR/nats-secure/")
 		fs.IntVar(&o.parentPID, "parent-pid", 0, "exit when this process is gone (polled every second)")
 		fs.BoolVar(&o.stdinEOF, "exit-on-stdin-eof", false, "exit when stdin is closed")
+		fs.StringVar(&o.kubeAPIServer, "kube-apiserver", "", "run this kube-apiserver binary (another Kubernetes release) instead of the built-in one; the built-in controller-manager is then left out (it must not be newer than its API server)")
 		fs.Parse(os.Args[2:])
 		o.dir = *dir
 		err = run(o)
@@ -99,6 +100,8 @@ type runOpts struct {
 	natsJWT     bool
 	parentPID   int
 	stdinEOF    bool
+	// An external kube-apiserver binary; empty: the one built in.
+	kubeAPIServer string
 }
 
 // outputs written into --dir; removed again on exit so a stale "ready" can
@@ -240,7 +243,12 @@ func run(o runOpts) (err error) {
 			api.wait(30*time.Second, "kube-apiserver")
 		}
 	})
-	if api, err = startAPIServer(apiCtx, dataDir, etcdURL, p); err != nil {
+	if o.kubeAPIServer != "" {
+		api, err = startExternalAPIServer(apiCtx, o.kubeAPIServer, dataDir, etcdURL, filepath.Join(dir, "kube-apiserver.log"), p)
+	} else {
+		api, err = startAPIServer(apiCtx, dataDir, etcdURL, p)
+	}
+	if err != nil {
 		return err
 	}
 
@@ -269,8 +277,10 @@ func run(o runOpts) (err error) {
 			kcm.wait(15*time.Second, "kube-controller-manager")
 		}
 	})
-	if kcm, err = startControllerManager(kcmCtx, internalKubeconfig); err != nil {
-		return err
+	if o.kubeAPIServer == "" {
+		if kcm, err = startControllerManager(kcmCtx, internalKubeconfig); err != nil {
+			return err
+		}
 	}
 
 	if err := nats.waitReady(ctx); err != nil {
@@ -299,12 +309,16 @@ func run(o runOpts) (err error) {
 	fmt.Printf("testenv: up in %.1fs\n", time.Since(start).Seconds())
 	fmt.Println("testenv: ready")
 
+	var kcmDone <-chan struct{} // nil (never ready) without a controller-manager
+	if kcm != nil {
+		kcmDone = kcm.done
+	}
 	select {
 	case <-ctx.Done():
 		return nil
 	case <-api.done:
 		return fmt.Errorf("kube-apiserver exited: %v", api.err)
-	case <-kcm.done:
+	case <-kcmDone:
 		return fmt.Errorf("kube-controller-manager exited: %v", kcm.err)
 	case err := <-etcd.Err():
 		return fmt.Errorf("etcd failed: %v", err)

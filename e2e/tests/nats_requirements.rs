@@ -4,69 +4,15 @@
 //! servers are real: nats-server 2.11 (built by `scripts/build-e2e.sh` as
 //! `nats-server-old`), once with JetStream and once without.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use herald_e2e::faults::Operators;
+use herald_e2e::nats_process::NatsProcess;
 use herald_e2e::{TestContext, free_port, workspace_binary};
 
 const OPERATOR: &str = env!("CARGO_BIN_EXE_herald-test-operator");
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A nats-server process, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-    _dir: PathBuf,
-}
-
-impl Server {
-    fn start(jetstream: bool) -> Self {
-        let bin = PathBuf::from(std::env::var("HERALD_BIN_DIR").unwrap_or_else(|_| {
-            format!(
-                "{}/.cache/herald/bin",
-                std::env::var("HOME").unwrap_or_default()
-            )
-        }))
-        .join("nats-server-old");
-        assert!(
-            bin.exists(),
-            "{} is missing: run scripts/build-e2e.sh",
-            bin.display()
-        );
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("herald-old-nats-{port}"));
-        let mut command = Command::new(&bin);
-        command.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
-        if jetstream {
-            command.args(["-js", "-sd"]).arg(&dir);
-        }
-        let child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting nats-server-old");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server-old did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            url: format!("nats://127.0.0.1:{port}"),
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self._dir);
-    }
-}
 
 /// The real dispatcher binary against `url`: it must exit unsuccessfully, saying `what`.
 fn dispatcher_refuses(url: &str, what: &str) {
@@ -134,13 +80,13 @@ async fn operator_refuses(ctx: &TestContext, url: &str, what: &str, id: &str) {
 async fn a_nats_herald_cannot_run_on_is_refused_with_what_to_change() {
     let ctx = TestContext::new("natsreq").await;
 
-    let old = Server::start(true);
+    let old = NatsProcess::start("nats-server-old", true);
     let too_old = "nats-server \"2.11.17\" is too old: Herald needs 2.12 or newer";
     dispatcher_refuses(&old.url, too_old);
     operator_refuses(&ctx, &old.url, too_old, "natsreq-old").await;
     drop(old);
 
-    let plain = Server::start(false);
+    let plain = NatsProcess::start("nats-server-old", false);
     let no_jetstream = "JetStream is not enabled on this NATS server or for this account";
     dispatcher_refuses(&plain.url, no_jetstream);
     operator_refuses(&ctx, &plain.url, no_jetstream, "natsreq-nojs").await;
