@@ -628,6 +628,15 @@ impl Soak {
         });
     }
 
+    /// Distinct events received on every path so far: progress while draining.
+    fn received_in_all(&self) -> usize {
+        self.eps
+            .values()
+            .flat_map(|e| &e.lives)
+            .map(|l| self.rx.distinct_count(&l.path))
+            .sum()
+    }
+
     fn ep(&mut self, role: Role) -> &mut Ep {
         self.eps.get_mut(&role).expect("an endpoint of every role")
     }
@@ -647,22 +656,42 @@ impl Soak {
             .filter(|l| l.deleted.is_none())
             .map(|l| (l.clone(), l.owed(&published)))
             .collect();
+        // What is owed may take long to drain (an ordered endpoint sends one request at a
+        // time, behind a backlog the schedule's pauses and kills built up): the wait ends
+        // when everything arrived, when no endpoint received anything new for `STALL`
+        // (what is still missing then is lost), or at `DRAIN_CAP`.
         let waited = Instant::now();
+        let mut last_progress = (Instant::now(), self.received_in_all());
         for (life, owed) in &owed {
-            let left = Duration::from_secs(180).saturating_sub(waited.elapsed());
-            let complete = await_delivery(owed, &self.rx, &[life.path.as_str()], left).await;
-            self.say(&format!(
-                "/{}: {} after {:.1?}",
-                life.path,
-                if complete { "complete" } else { "incomplete" },
-                waited.elapsed()
-            ));
+            loop {
+                let left = DRAIN_CAP.saturating_sub(waited.elapsed());
+                let complete =
+                    await_delivery(owed, &self.rx, &[life.path.as_str()], left.min(STALL)).await;
+                let received = self.received_in_all();
+                if received > last_progress.1 {
+                    last_progress = (Instant::now(), received);
+                }
+                if complete || last_progress.0.elapsed() >= STALL || waited.elapsed() >= DRAIN_CAP {
+                    self.say(&format!(
+                        "/{}: {} after {:.1?}",
+                        life.path,
+                        if complete { "complete" } else { "incomplete" },
+                        waited.elapsed()
+                    ));
+                    break;
+                }
+            }
         }
         // An ordered endpoint's replay goes after its fresh backlog: wait for it too.
         while !self.replays_missing(&published).is_empty()
-            && waited.elapsed() < Duration::from_secs(180)
+            && last_progress.0.elapsed() < STALL
+            && waited.elapsed() < DRAIN_CAP
         {
             tokio::time::sleep(Duration::from_millis(500)).await;
+            let received = self.received_in_all();
+            if received > last_progress.1 {
+                last_progress = (Instant::now(), received);
+            }
         }
         // A moment for late requests (into pauses, after deletions, duplicates).
         tokio::time::sleep(GRACE).await;
@@ -915,6 +944,10 @@ struct Redelivered {
 
 /// How far back a replay reaches.
 const REPLAYED: Duration = Duration::from_secs(10);
+/// After the schedule, what is still owed and not arriving for this long is lost.
+const STALL: Duration = Duration::from_secs(60);
+/// The longest wait for what is owed, however slowly it arrives.
+const DRAIN_CAP: Duration = Duration::from_secs(900);
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()

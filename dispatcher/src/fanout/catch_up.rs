@@ -10,6 +10,7 @@ use async_nats::jetstream::consumer::{self, pull};
 use async_nats::jetstream::stream::RawMessageErrorKind;
 use tokio::sync::watch;
 
+use super::intake::Intake;
 use super::{FanOut, LaneAck, Stored};
 use crate::supervise::Backoff;
 use herald_core::envelope::HeaderSize;
@@ -24,17 +25,26 @@ impl FanOut {
         &self,
         consumer: &consumer::Consumer<pull::Config>,
         seq: u64,
-        expected: &mut Option<u64>,
+        intake: &mut Intake,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), async_nats::Error> {
-        match *expected {
+        match intake.expected {
             None => {
                 // Everything the consumer had handed out is re-published now: the next
                 // message to expect is beyond it, even when this first one is a
                 // redelivery from further back (else the next new message would look
                 // like a gap and the same range would be re-published again).
-                let covered = self.catch_up(consumer, seq, stop).await?;
-                *expected = Some((seq + 1).max(covered + 1));
+                let covered = match self.catch_up(consumer, seq, stop).await? {
+                    Some((from, to)) => {
+                        // Stopped meanwhile, not everything is stored: nothing to record.
+                        if !*stop.borrow() {
+                            intake.republished.record(from, to, Some(seq));
+                        }
+                        to
+                    }
+                    None => 0,
+                };
+                intake.expected = Some((seq + 1).max(covered + 1));
                 return Ok(());
             }
             Some(next) if seq > next => {
@@ -45,28 +55,31 @@ impl FanOut {
                     "events lost on the way to fan-out; re-publishing them first"
                 );
                 self.catch_up_range(next, seq - 1, stop).await?;
+                if !*stop.borrow() {
+                    intake.republished.record(next, seq - 1, None);
+                }
             }
             Some(_) => {}
         }
-        *expected = Some(expected.map_or(seq + 1, |e| e.max(seq + 1)));
+        intake.expected = Some(intake.expected.map_or(seq + 1, |e| e.max(seq + 1)));
         Ok(())
     }
 
     /// Re-publishes, in order, the events below `first` that were delivered to a
-    /// previous worker and never acknowledged; the last sequence it covered (0: none).
+    /// previous worker and never acknowledged; the range it covered, if any.
     pub(super) async fn catch_up(
         &self,
         consumer: &consumer::Consumer<pull::Config>,
         first: u64,
         stop: &mut watch::Receiver<bool>,
-    ) -> Result<u64, async_nats::Error> {
+    ) -> Result<Option<(u64, u64)>, async_nats::Error> {
         let info = consumer.get_info().await?;
         let from = info.ack_floor.stream_sequence + 1;
         // Up to what the consumer handed out: the first message this worker got may be a
         // redelivery, with the predecessor's newer (unacknowledged) events above it.
         let to = info.delivered.stream_sequence.max(first.saturating_sub(1));
         if from > to {
-            return Ok(0);
+            return Ok(None);
         }
         tracing::info!(
             source = ?self.source,
@@ -76,7 +89,7 @@ impl FanOut {
             "re-publishing events a previous fan-out worker left unacknowledged"
         );
         self.catch_up_range(from, to, stop).await?;
-        Ok(to)
+        Ok(Some((from, to)))
     }
 
     /// Re-publishes, in order, the stored events `from..=to` of this worker's source
