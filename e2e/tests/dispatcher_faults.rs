@@ -560,3 +560,81 @@ async fn endpoints_gauge(port: u16) -> Option<usize> {
         .parse()
         .ok()
 }
+
+/// The configuration watch's consumer is a single replica on one NATS node; when it
+/// vanishes (its node lost — the chaos soak's seed 800 lost a re-created endpoint's
+/// first events that way) the client only notices after two missed idle heartbeats,
+/// 10 s. Here the consumer is deleted on the server, which the client is not told
+/// either, and an endpoint created right after must get every event published from
+/// [`VISIBLE`] on: the dispatcher sees the bucket has more than its watch delivered and
+/// watches again from there.
+#[tokio::test]
+async fn a_config_watch_that_lost_its_consumer_sees_a_new_endpoint_within_seconds() {
+    const VISIBLE: Duration = Duration::from_secs(3);
+    let _faults = fault_lock().await;
+    let dp = DataPlane::new(private_env().nats().await).await;
+    let rx = Receiver::start().await;
+    let ns = herald_e2e::unique_name("silent");
+    dp.put_keys(&ns, "signing", &[TEST_SECRET]).await;
+    dp.put_endpoint(&endpoint(&ns, "first", json!({"url": rx.url("first")})))
+        .await;
+    let dispatcher = spawn_dispatcher("silent");
+    eventually(
+        "the first endpoint delivering",
+        Duration::from_secs(60),
+        || async {
+            dp.publish(&ns, "a", json!(-1)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            (!rx.received("first").is_empty()).then_some(())
+        },
+    )
+    .await;
+
+    let stream = format!("KV_{}", herald_core::dataplane::CONFIG_BUCKET);
+    let stream = dp.js.get_stream(&stream).await.expect("the config stream");
+    let names: Vec<String> = stream
+        .consumer_names()
+        .filter_map(|name| async move { name.ok() })
+        .collect()
+        .await;
+    assert!(!names.is_empty(), "the dispatcher's watch has a consumer");
+    for name in &names {
+        stream
+            .delete_consumer(name)
+            .await
+            .expect("deleting a consumer");
+    }
+    let written = std::time::Instant::now();
+    dp.put_endpoint(&endpoint(&ns, "second", json!({"url": rx.url("second")})))
+        .await;
+    let mut published = Vec::new();
+    for i in 0..80 {
+        dp.publish(&ns, "a", json!(i)).await;
+        published.push((i, written.elapsed()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let owed: BTreeSet<i64> = published
+        .iter()
+        .filter(|(_, at)| *at >= VISIBLE)
+        .map(|(i, _)| *i)
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut got = received_data(&rx, "second");
+    while !owed.is_subset(&got) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        got = received_data(&rx, "second");
+    }
+    let first = published
+        .iter()
+        .find(|(i, _)| got.contains(i))
+        .map(|(_, at)| *at);
+    stop(dispatcher).await;
+    let missing: Vec<_> = owed.difference(&got).collect();
+    assert!(
+        missing.is_empty(),
+        "events published {VISIBLE:?} or more after the endpoint was written never reached \
+         it: {missing:?} (its first event was published {first:?} after; consumers deleted: \
+         {names:?}; log herald-test-dispatcher-silent.*.log)"
+    );
+    println!("the new endpoint's first event was published {first:?} after it was written");
+}

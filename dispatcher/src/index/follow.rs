@@ -1,7 +1,9 @@
 //! Following the `herald-config` bucket into the [`Index`]: the bucket's content, then
-//! its changes; read again from the start when the scope grows.
+//! its changes; read again from the start when the scope grows, and watched again from
+//! where it stopped when it falls silent while the bucket has more.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::watch;
@@ -17,6 +19,27 @@ pub enum FollowError {
     Read(#[source] async_nats::Error),
     #[error("the configuration watch ended")]
     Ended,
+}
+
+/// How often [`follow`] asks the bucket for its newest revision to find a watch that fell
+/// silent: a watch's consumer is a single replica on one NATS node, and when that node
+/// is lost the client notices only after two missed idle heartbeats (10 s), during which
+/// a new endpoint would miss its events and a deleted or paused one still get them.
+const PROBE: Duration = Duration::from_millis(500);
+
+/// What one look at the bucket saw: the newest revision the watch had delivered, and the
+/// newest stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Probe {
+    seen: u64,
+    stored: u64,
+}
+
+/// Whether the watch fell silent: at the previous probe the bucket held a revision the
+/// watch had not delivered, and it delivered nothing since. A watch that is merely busy
+/// (reading a large bucket, one entry after another) keeps moving and is left alone.
+fn silent(previous: Option<Probe>, now: Probe) -> bool {
+    previous.is_some_and(|before| before.stored > before.seen && now.seen == before.seen)
 }
 
 /// The readiness part [`follow`] reports.
@@ -86,6 +109,10 @@ async fn pass(
         .last_sequence;
     let mut watch = bucket.watch_with_history(">").await?;
     let mut complete = false;
+    let mut seen = 0;
+    let mut probe = tokio::time::interval(PROBE);
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut previous = None;
     let read = |complete: &mut bool| {
         *complete = true;
         index.mark_read(generation);
@@ -103,7 +130,29 @@ async fn pass(
         let entry = tokio::select! {
             _ = stop.wait_for(|s| *s) => return Ok(Pass::Stopped),
             Ok(()) = wanted.changed() => return Ok(Pass::Grown),
-            entry = watch.next() => entry,
+            entry = watch.next() => Some(entry),
+            _ = probe.tick() => None,
+        };
+        let Some(entry) = entry else {
+            let Some(stored) = newest(&mut stream).await else {
+                continue;
+            };
+            let now = Probe { seen, stored };
+            if silent(previous, now) {
+                tracing::warn!(
+                    seen,
+                    stored,
+                    "the configuration watch fell silent; watching again from where it stopped"
+                );
+                // The next revision on, in stream order: what the silent watch would
+                // have delivered. Before the bucket was read completely that includes
+                // older revisions of some keys, applied in order, so the newest wins.
+                watch = bucket.watch_from_revision(">", seen + 1).await?;
+                previous = None;
+            } else {
+                previous = Some(now);
+            }
+            continue;
         };
         let entry = match entry {
             Some(Ok(entry)) => entry,
@@ -113,8 +162,45 @@ async fn pass(
         let value = matches!(entry.operation, async_nats::jetstream::kv::Operation::Put)
             .then_some(&entry.value[..]);
         index.apply(&entry.key, value);
+        seen = entry.revision;
         if !complete && (entry.revision >= last || entry.delta == 0) {
             read(&mut complete);
         }
+    }
+}
+
+/// The bucket's newest revision, asked of the server (its stream leader); `None` when it
+/// does not answer within the probe's interval, e.g. while the stream elects a leader.
+async fn newest(stream: &mut async_nats::jetstream::stream::Stream) -> Option<u64> {
+    let info = tokio::time::timeout(PROBE, stream.info())
+        .await
+        .ok()?
+        .ok()?;
+    Some(info.state.last_sequence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Probe, silent};
+
+    fn probe(seen: u64, stored: u64) -> Probe {
+        Probe { seen, stored }
+    }
+
+    #[test]
+    fn a_watch_behind_the_bucket_that_delivers_nothing_between_two_probes_is_silent() {
+        assert!(silent(Some(probe(7, 9)), probe(7, 9)));
+        // More was stored meanwhile: still silent.
+        assert!(silent(Some(probe(7, 9)), probe(7, 12)));
+    }
+
+    #[test]
+    fn a_watch_that_moves_or_has_everything_is_not_silent() {
+        // Caught up at the previous probe; what was stored since may be on its way.
+        assert!(!silent(Some(probe(9, 9)), probe(9, 10)));
+        // Behind, but it delivered something since: a large bucket being read.
+        assert!(!silent(Some(probe(7, 900)), probe(300, 900)));
+        // The first probe has nothing to compare with.
+        assert!(!silent(None, probe(0, 900)));
     }
 }
