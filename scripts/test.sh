@@ -10,25 +10,46 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "format"
 cargo fmt --all --check
-unformatted="$(gofmt -l e2e/testenv scripts/ocibuild)"
+# The Rust receiver example is a workspace of its own (examples/receivers/README.md).
+cargo fmt --check --manifest-path examples/receivers/rust-standardwebhooks/Cargo.toml
+unformatted="$(gofmt -l e2e/testenv scripts/ocibuild examples/receivers/go)"
 [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
 
-step "e2e tools (testenv, helm, helm-docs, crane, ocibuild, kubectl)"
+step "e2e and release tools (testenv, helm, helm-docs, crane, ocibuild, cosign, cargo-cyclonedx, actionlint, kubectl)"
 scripts/build-e2e.sh
 
-step "Python receiver dependency (examples/receivers/python)"
-# The e2e tests of the Python receiver need the standardwebhooks and cryptography packages;
-# install them from PyPI when missing. Without Python the tests report themselves skipped.
+step "receiver examples' packages (examples/receivers)"
+# e2e/tests/receivers.rs builds each receiver example (Go, TypeScript, Python, Java, Rust)
+# and runs it against real deliveries; here their packages are fetched into each tool's
+# cache outside the clone (the Go module cache, ~/.npm, ~/.m2, ~/.cargo; node_modules is
+# the exception, ignored by git). Builds go to ~/.cache/herald/receivers and
+# ~/.cache/herald/receivers-target. Without a toolchain, or when a fetch fails, that
+# language's tests report themselves skipped.
+receivers=examples/receivers
+skipped() { echo "could not fetch the packages of $receivers/$1; its tests will report themselves skipped" >&2; }
 if command -v python3 >/dev/null 2>&1; then
 	python3 -c 'import standardwebhooks, cryptography' 2>/dev/null ||
-		python3 -m pip install --quiet -r examples/receivers/python/requirements.txt ||
-		echo "could not install standardwebhooks and cryptography; their tests will report themselves skipped" >&2
+		python3 -m pip install --quiet -r "$receivers/python/requirements.txt" || skipped python
 fi
+if command -v go >/dev/null 2>&1; then
+	(cd "$receivers/go" && go mod download) || skipped go
+fi
+if command -v npm >/dev/null 2>&1; then
+	(cd "$receivers/typescript" && npm ci --no-audit --no-fund --silent) || skipped typescript
+fi
+if command -v mvn >/dev/null 2>&1; then
+	(cd "$receivers/java" && mvn -B -q -Dstyle.color=never dependency:go-offline -DbuildDirectory="$HOME/.cache/herald/receivers/java") ||
+		skipped java
+fi
+cargo fetch --locked --manifest-path "$receivers/rust-standardwebhooks/Cargo.toml" || skipped rust-standardwebhooks
 
 step "lint"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 (cd e2e/testenv && go vet ./...)
 (cd scripts/ocibuild && go vet ./...)
+(cd examples/receivers/go && go vet ./...)
+CARGO_TARGET_DIR="$HOME/.cache/herald/receivers-target" \
+	cargo clippy --locked --manifest-path examples/receivers/rust-standardwebhooks/Cargo.toml -- -D warnings
 
 step "build tests"
 # The binaries too: e2e/tests/chart_pods.rs starts the real herald-operator and

@@ -17,6 +17,7 @@ import base64
 import binascii
 import json
 import os
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -79,6 +80,16 @@ def verify(secrets, headers, body):
 
 VERIFICATION = "herald.endpoint.verification"
 
+# The server handles each request in a thread of its own: one lock makes checking and
+# recording a webhook-id one step (two concurrent deliveries of one event, a retry racing
+# a slow first attempt, must not both be taken for new) and keeps output lines whole.
+lock = threading.Lock()
+
+
+def log(line):
+    with lock:
+        print(line, flush=True)
+
 
 def challenge_answer(event):
     """The body that answers Herald's verification challenge when `event` (already
@@ -101,23 +112,24 @@ def main():
             try:
                 event = verify(secrets, dict(self.headers), body)
             except WebhookVerificationError as e:
-                print(f"{self.path} 401 rejected: {e}", flush=True)
+                log(f"{self.path} 401 rejected: {e}")
                 self.send_response(401)
                 self.end_headers()
                 return
             msg_id = self.headers["webhook-id"]
             answer = challenge_answer(event)
             if answer is not None:
-                print(f"{self.path} 200 {msg_id} verification challenge echoed", flush=True)
+                log(f"{self.path} 200 {msg_id} verification challenge echoed")
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.end_headers()
                 self.wfile.write(answer.encode())
                 return
-            duplicate = (self.path, msg_id) in seen
-            seen.add((self.path, msg_id))
+            with lock:
+                duplicate = (self.path, msg_id) in seen
+                seen.add((self.path, msg_id))
             note = " (duplicate, ignored)" if duplicate else ""
-            print(f"{self.path} 204 {msg_id} {event['type']} {json.dumps(event['data'])}{note}", flush=True)
+            log(f"{self.path} 204 {msg_id} {event['type']} {json.dumps(event['data'])}{note}")
             self.send_response(204)
             self.end_headers()
 
