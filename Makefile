@@ -38,6 +38,10 @@ chart-docs: ## Regenerate charts/herald/README.md from README.md.gotmpl and the 
 image: ## Build the operator and dispatcher OCI images without Docker (release) into $(CARGO_TARGET_DIR)/images; REGISTRY=host[/path] pushes them
 	scripts/image.sh $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(TAG),--tag $(TAG))
 
+.PHONY: release
+release: ## Make a release into $(CARGO_TARGET_DIR)/release-$(VERSION): images, SBOMs, signatures, the chart as an OCI artifact, the plugin's archive, krew manifest, checksums (VERSION=x.y.z REGISTRY=host[/path]; scripts/release.sh)
+	scripts/release.sh --version "$(VERSION)" --registry "$(REGISTRY)"
+
 e2e-tools: ## Build testenv, helm, helm-docs (and kubectl when missing) into $(HERALD_BIN_DIR)
 	scripts/build-e2e.sh
 

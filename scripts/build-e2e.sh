@@ -7,6 +7,10 @@
 #   promtool - Prometheus's rule checker and tester (charts/herald/tests), pinned below
 #   crane    - OCI registry client and loopback registry (e2e/tests/image.rs), pinned below
 #   ocibuild - scripts/ocibuild: assembles the OCI images (scripts/image.sh, `make image`)
+#   cosign   - signs the release's images, SBOM attestations and chart (scripts/release.sh,
+#              e2e/tests/release_artifacts.rs), pinned below
+#   cargo-cyclonedx - the release's SBOMs, from Cargo.lock (crates.io), pinned below
+#   actionlint - checks the release workflow (.github/workflows), pinned below
 #   nats-server-old - a nats-server older than Herald supports, pinned below: the test
 #              that Herald refuses it (e2e/tests/nats_requirements.rs)
 #   nats-server-oldest, kube-apiserver-oldest - the oldest nats-server and Kubernetes
@@ -23,6 +27,9 @@ set -euo pipefail
 HELM_VERSION=v3.22.0
 HELM_DOCS_VERSION=v1.14.2
 CRANE_VERSION=v0.22.1
+COSIGN_VERSION=v3.1.3
+ACTIONLINT_VERSION=v1.7.12
+CYCLONEDX_VERSION=0.5.9
 # The newest nats-server without per-message schedules (2.12 added them).
 OLD_NATS_VERSION=v2.11.17
 # The oldest nats-server Herald supports: the newest patch of 2.12.
@@ -129,6 +136,45 @@ else
 	start=$(date +%s)
 	GOBIN="$bin" "$go" install "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION"
 	echo "build-e2e: built $bin/crane in $(($(date +%s) - start))s"
+fi
+
+# cosign links the clients of every cloud's key service: minutes the first time.
+if ! want cosign; then :
+elif [ -x "$bin/cosign" ] && "$bin/cosign" version 2>/dev/null | grep -q "GitVersion: *$COSIGN_VERSION\$"; then
+	echo "build-e2e: cosign $COSIGN_VERSION is up to date ($bin/cosign)"
+else
+	echo "build-e2e: building cosign $COSIGN_VERSION (a few minutes the first time) ..."
+	start=$(date +%s)
+	GOBIN="$bin" "$go" install \
+		-ldflags "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
+		"github.com/sigstore/cosign/v3/cmd/cosign@$COSIGN_VERSION"
+	echo "build-e2e: built $bin/cosign in $(($(date +%s) - start))s"
+fi
+
+if ! want actionlint; then :
+elif [ -x "$bin/actionlint" ] && [ "$("$bin/actionlint" -version 2>/dev/null | head -1)" = "$ACTIONLINT_VERSION" ]; then
+	echo "build-e2e: actionlint $ACTIONLINT_VERSION is up to date ($bin/actionlint)"
+else
+	echo "build-e2e: building actionlint $ACTIONLINT_VERSION ..."
+	start=$(date +%s)
+	GOBIN="$bin" "$go" install \
+		-ldflags "-X github.com/rhysd/actionlint.version=$ACTIONLINT_VERSION" \
+		"github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+	echo "build-e2e: built $bin/actionlint in $(($(date +%s) - start))s"
+fi
+
+# A cargo subcommand, from crates.io; installed beside the Go tools.
+if ! want cargo-cyclonedx; then :
+elif [ -x "$bin/cargo-cyclonedx" ] && [[ "$("$bin/cargo-cyclonedx" cyclonedx --version 2>/dev/null)" == *" $CYCLONEDX_VERSION" ]]; then
+	echo "build-e2e: cargo-cyclonedx $CYCLONEDX_VERSION is up to date ($bin/cargo-cyclonedx)"
+else
+	echo "build-e2e: building cargo-cyclonedx $CYCLONEDX_VERSION ..."
+	start=$(date +%s)
+	root="$(mktemp -d "${TMPDIR:-/tmp}/herald-cyclonedx.XXXXXX")"
+	cargo install --quiet --locked --root "$root" --version "$CYCLONEDX_VERSION" cargo-cyclonedx
+	mv "$root/bin/cargo-cyclonedx" "$bin/cargo-cyclonedx"
+	rm -rf "$root"
+	echo "build-e2e: built $bin/cargo-cyclonedx in $(($(date +%s) - start))s"
 fi
 
 ocibuild_src="$repo/scripts/ocibuild"

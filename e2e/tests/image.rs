@@ -12,6 +12,12 @@
 //!
 //! The binaries are the debug ones stripped of debug info (a few hundred MB less to
 //! compress, push and unpack); `make image` builds the same layout from release binaries.
+//!
+//! A release (`scripts/release.sh`, what `make release` runs) to the same kind of
+//! registry, checked as a user would: every image's signature and SBOM attestation with
+//! `cosign verify` and the release's public key (and an image it did not sign refused),
+//! the chart pulled from the registry rendering the release's images, the plugin's
+//! archive, the krew manifest and the checksums; the release workflow passes actionlint.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -78,10 +84,10 @@ impl Drop for Process {
 }
 
 /// The workspace binaries of this build (cargo builds them beside the tests), stripped.
-fn stripped_binaries(dir: &Path) -> PathBuf {
+fn stripped_binaries(dir: &Path, names: &[&str]) -> PathBuf {
     let out = dir.join("bin");
     std::fs::create_dir_all(&out).expect("creating the binary dir");
-    for name in IMAGES {
+    for &name in names {
         let binary = workspace_binary(name);
         let mut strip = Command::new("objcopy");
         strip.arg("--strip-debug").arg(&binary).arg(out.join(name));
@@ -284,7 +290,7 @@ fn which(program: &str) -> PathBuf {
 async fn images_are_reproducible_match_the_dockerfile_and_run_read_only() {
     herald_dispatcher::install_crypto_provider();
     let work = TempDir::new();
-    let bin_dir = stripped_binaries(&work.0);
+    let bin_dir = stripped_binaries(&work.0, &IMAGES);
 
     // Reproducible: a second build, later, from a fresh staging dir, is bit for bit the
     // same image.
@@ -463,4 +469,235 @@ async fn images_are_reproducible_match_the_dockerfile_and_run_read_only() {
         "the dispatcher exited {status}:\n{}",
         dump()
     );
+}
+
+fn cosign() -> Command {
+    let mut cmd = Command::new(tool("cosign"));
+    // Nothing here reaches Sigstore's public services.
+    cmd.env("SIGSTORE_NO_CACHE", "true")
+        .env("TUF_ROOT", std::env::temp_dir().join("herald-cosign-tuf"));
+    cmd
+}
+
+/// `cosign verify` of `reference` with the release's public key (the signatures are in
+/// the registry only, not in a transparency log).
+fn cosign_verify(public: &Path, reference: &str) -> std::process::Output {
+    let mut verify = cosign();
+    verify.args(["verify", "--key"]).arg(public).args([
+        "--insecure-ignore-tlog",
+        "--allow-http-registry",
+        reference,
+    ]);
+    output(verify, None)
+}
+
+/// The workspace's version, which a release must carry.
+fn workspace_version() -> String {
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap();
+    manifest
+        .split("[workspace.package]")
+        .nth(1)
+        .and_then(|section| section.lines().find_map(|l| l.strip_prefix("version = ")))
+        .map(|v| v.trim_matches('"').to_owned())
+        .expect("a version in [workspace.package]")
+}
+
+/// The version of `package` Cargo.lock resolves (the first entry of that name).
+fn locked_version(package: &str) -> String {
+    let lock = std::fs::read_to_string(repo_root().join("Cargo.lock")).unwrap();
+    let entry = format!("name = \"{package}\"\nversion = \"");
+    let (_, rest) = lock
+        .split_once(&entry)
+        .unwrap_or_else(|| panic!("{package} in Cargo.lock"));
+    rest.split('"').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_release_is_signed_attested_and_verifiable() {
+    herald_dispatcher::install_crypto_provider();
+    let work = TempDir::new();
+    let bin_dir = stripped_binaries(
+        &work.0,
+        &[
+            "herald-operator",
+            "herald-dispatcher",
+            "herald-api",
+            "kubectl-herald",
+        ],
+    );
+    let (_registry, host) = registry().await;
+    let registry = format!("{host}/herald");
+    let version = workspace_version();
+    let out = work.0.join("release");
+
+    // A version the code does not carry is refused before anything is pushed.
+    let mut wrong = Command::new(repo_root().join("scripts/release.sh"));
+    wrong.args(["--version", "9.9.9", "--registry", &registry]);
+    let refused = output(wrong, None);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("bump it and commit first"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    let mut release = Command::new(repo_root().join("scripts/release.sh"));
+    release
+        .args(["--version", &version, "--registry", &registry])
+        .arg("--bin-dir")
+        .arg(&bin_dir)
+        .arg("--out")
+        .arg(&out)
+        .env("TMPDIR", std::env::temp_dir())
+        .env_remove("COSIGN_KEY");
+    ok(release, None);
+    assert!(
+        !out.join("cosign.key").exists(),
+        "the trial's private key is deleted"
+    );
+    let public = out.join("cosign.pub");
+
+    // Every image: signed (by digest, so also by tag), its SBOM attested and listing the
+    // crates Cargo.lock resolves.
+    let async_nats = locked_version("async-nats");
+    for name in IMAGES {
+        let reference = format!("{registry}/{name}:{version}");
+        let verified = cosign_verify(&public, &reference);
+        let stdout = String::from_utf8_lossy(&verified.stdout);
+        assert!(
+            verified.status.success() && stdout.contains(name),
+            "{reference}: {stdout}{}",
+            String::from_utf8_lossy(&verified.stderr)
+        );
+
+        let mut attested = cosign();
+        attested
+            .args(["verify-attestation", "--type", "cyclonedx", "--key"])
+            .arg(&public)
+            .args([
+                "--insecure-ignore-tlog",
+                "--allow-http-registry",
+                &reference,
+            ]);
+        let attested = ok(attested, None);
+        let envelope: Value =
+            serde_json::from_str(attested.lines().next().expect("an attestation")).unwrap();
+        let statement = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            envelope["payload"].as_str().expect("a payload"),
+        )
+        .unwrap();
+        let statement: Value = serde_json::from_slice(&statement).unwrap();
+        let components = statement["predicate"]["components"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: an SBOM with components: {statement}"));
+        assert!(
+            components
+                .iter()
+                .any(|c| c["name"] == "async-nats"
+                    && c["version"].as_str() == Some(async_nats.as_str())),
+            "{name}: the SBOM lists async-nats {async_nats}"
+        );
+        let file = out.join("sbom").join(format!("{name}.cdx.json"));
+        let file: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(file["bomFormat"], "CycloneDX", "{name}: the SBOM file");
+    }
+
+    // An image the release did not sign is refused with the same key.
+    let unsigned = format!("{registry}/herald-operator:unsigned");
+    let mut copy = crane();
+    copy.args(["mutate", "--label", "unsigned=true", "-t", &unsigned])
+        .arg(format!("{registry}/herald-operator:{version}"));
+    ok(copy, None);
+    assert!(
+        !cosign_verify(&public, &unsigned).status.success(),
+        "an unsigned image passed verification"
+    );
+
+    // The chart, pulled from the registry as a user would, renders the release's images.
+    let pulled = work.0.join("pulled");
+    std::fs::create_dir_all(&pulled).unwrap();
+    let mut pull = Command::new(tool("helm"));
+    pull.args(["pull", &format!("oci://{registry}/charts/herald")])
+        .args(["--version", &version, "--plain-http", "--destination"])
+        .arg(&pulled);
+    ok(pull, None);
+    let chart = pulled.join(format!("herald-{version}.tgz"));
+    let mut template = Command::new(tool("helm"));
+    template.arg("template").arg(&chart).args([
+        "--set",
+        "nats.url=nats://nats:4222",
+        "--set",
+        &format!("image.repository={registry}"),
+    ]);
+    let rendered = ok(template, None);
+    for name in IMAGES.iter().take(2) {
+        assert!(
+            rendered.contains(&format!("image: {registry}/{name}:{version}")),
+            "the chart's default tag is its version: {name}"
+        );
+    }
+    let listed = std::fs::read_to_string(out.join("images.txt")).unwrap();
+    let chart_ref = listed
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("oci://{registry}/charts/herald:{version} ")))
+        .expect("the chart in images.txt")
+        .to_owned();
+    let verified = cosign_verify(&public, &chart_ref);
+    assert!(
+        verified.status.success(),
+        "the chart's signature: {}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+
+    // Checksums of every file, the plugin runs from its archive, the krew manifest names
+    // the archive by its checksum.
+    let mut sums = Command::new("sha256sum");
+    sums.args(["--check", "--strict", "SHA256SUMS"])
+        .current_dir(&out);
+    let checked = ok(sums, None);
+    for file in ["krew/herald.yaml", "sbom/herald-api.cdx.json", "cosign.pub"] {
+        assert!(checked.contains(&format!("{file}: OK")), "{checked}");
+    }
+    let archive = format!("kubectl-herald_{version}_linux_amd64.tar.gz");
+    let unpacked = work.0.join("plugin");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let mut untar = Command::new("tar");
+    untar
+        .arg("-xzf")
+        .arg(out.join(&archive))
+        .arg("-C")
+        .arg(&unpacked);
+    ok(untar, None);
+    let mut plugin = Command::new(unpacked.join("kubectl-herald"));
+    plugin.arg("--version");
+    assert!(ok(plugin, None).contains(&version));
+    assert!(unpacked.join("LICENSE").exists());
+    let manifest: Value =
+        serde_norway::from_str(&std::fs::read_to_string(out.join("krew/herald.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["spec"]["version"], format!("v{version}"));
+    let platform = &manifest["spec"]["platforms"][0];
+    assert_eq!(platform["selector"]["matchLabels"]["os"], "linux");
+    assert_eq!(platform["bin"], "kubectl-herald");
+    assert!(
+        checked.contains(&format!("{archive}: OK"))
+            && listed_sum(&out, &archive) == platform["sha256"].as_str().unwrap(),
+        "the krew manifest's sha256 is the archive's"
+    );
+
+    // The workflow that makes a release on a tag passes the GitHub Actions linter.
+    let mut lint = Command::new(tool("actionlint"));
+    lint.arg(".github/workflows/release.yml")
+        .current_dir(repo_root());
+    ok(lint, None);
+}
+
+/// The checksum SHA256SUMS lists for `file`.
+fn listed_sum(out: &Path, file: &str) -> String {
+    std::fs::read_to_string(out.join("SHA256SUMS"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_suffix(&format!("  {file}")).map(str::to_owned))
+        .unwrap_or_else(|| panic!("{file} in SHA256SUMS"))
 }

@@ -68,7 +68,7 @@ app.kubernetes.io/component: api
 {{- end }}
 
 {{- define "herald.image" -}}
-{{- printf "%s/%s:%s" .root.Values.image.repository .name (default .root.Chart.AppVersion .root.Values.image.tag) }}
+{{- printf "%s/%s:%s" .root.Values.image.repository .name (default .root.Chart.Version .root.Values.image.tag) }}
 {{- end }}
 
 {{/* Environment shared by both binaries: NATS, shards, SSRF policy, logs, listen address. */}}
