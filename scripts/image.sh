@@ -48,16 +48,12 @@ while [ $# -gt 0 ]; do
 	esac
 done
 if [ -z "$tag" ]; then
-	tag="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml")"
+	tag="$(workspace_version)"
 fi
 ca_bundle="${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 created="${SOURCE_DATE_EPOCH:-0}"
 
-case "$(uname -m)" in
-x86_64) arch=amd64 ;;
-aarch64) arch=arm64 ;;
-*) echo "image: unsupported architecture $(uname -m)" >&2; exit 1 ;;
-esac
+arch="$(host_arch)"
 
 tools=(ocibuild)
 [ -z "$registry" ] || tools+=(crane)

@@ -70,7 +70,7 @@ fail() { echo "release: $*" >&2; exit 1; }
 	fail "version $version is not X.Y.Z (semantic versioning, without a leading v)"
 
 # One version everywhere, or the images, the chart's default tag and the plugin disagree.
-workspace="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml")"
+workspace="$(workspace_version)"
 chart_version="$(sed -n 's/^version: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/herald/Chart.yaml")"
 app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/herald/Chart.yaml")"
 for pair in "Cargo.toml's workspace version:$workspace" "Chart.yaml's version:$chart_version" \
@@ -103,11 +103,7 @@ case "$host" in
 esac
 
 os="$(uname -s | tr '[:upper:]' '[:lower:]')"
-case "$(uname -m)" in
-x86_64) arch=amd64 ;;
-aarch64) arch=arm64 ;;
-*) fail "unsupported architecture $(uname -m)" ;;
-esac
+arch="$(host_arch)"
 
 if [ -z "$bin_dir" ]; then
 	packages=(-p kubectl-herald)
