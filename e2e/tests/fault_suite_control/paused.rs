@@ -20,9 +20,10 @@ async fn j_nothing_is_delivered_to_a_paused_or_deleted_endpoint() {
     s.until_delivering(&before, 50).await;
 
     // Pause.
+    // Taken before the request: the watch may report the change before the API answers.
+    let pause = Instant::now();
     s.patch_endpoint("pausable", json!({"spec": {"paused": true}}))
         .await;
-    let pause = Instant::now();
     let health_key = s.key("pausable");
     let known = eventually(
         "the dispatcher to report pausable Paused",
@@ -55,9 +56,10 @@ async fn j_nothing_is_delivered_to_a_paused_or_deleted_endpoint() {
         );
     }
     tokio::time::sleep_until((known + PAUSED).into()).await;
+    // Before the request: once it is sent, the dispatcher may resume before it answers.
+    let unpause = Instant::now();
     s.patch_endpoint("pausable", json!({"spec": {"paused": false}}))
         .await;
-    let unpause = Instant::now();
     s.say("pausable unpaused");
     let sent = s.requests_between("pausable", known, unpause);
     if !sent.is_empty() {
@@ -81,12 +83,12 @@ async fn j_nothing_is_delivered_to_a_paused_or_deleted_endpoint() {
     // Delete.
     progress_at(&progress, count * 3 / 5).await;
     let doomed_before = s.got("doomed");
+    let deleted = Instant::now();
     s.ctx
         .api::<WebhookEndpoint>()
         .delete("doomed", &DeleteParams::default())
         .await
         .expect("deleting doomed");
-    let deleted = Instant::now();
     s.expect.insert("doomed", Expect::Nothing);
     let doomed_key = s.key("doomed");
     let gone = eventually(

@@ -34,6 +34,8 @@ async fn i_a_broken_signing_secret_holds_and_loses_nothing() {
     let before = s.counts();
     s.until_delivering(&before, 50).await;
     let set_current = |value: ByteString| json!({"data": {"current": value}});
+    // Taken before the request: the operator may act before the API answers the test.
+    let broken = Instant::now();
     secrets
         .patch(
             SIGNING,
@@ -42,7 +44,6 @@ async fn i_a_broken_signing_secret_holds_and_loses_nothing() {
         )
         .await
         .expect("breaking the Secret");
-    let broken = Instant::now();
     s.say("Secret `signing` broken (data.current is not a key)");
     // Held: the entry stays, with `held` set.
     let mut held_at = BTreeMap::new();
@@ -142,6 +143,7 @@ async fn i_a_broken_signing_secret_holds_and_loses_nothing() {
         )),
     }
     tokio::time::sleep_until((broken + BROKEN).into()).await;
+    let fixed = Instant::now();
     secrets
         .patch(
             SIGNING,
@@ -150,7 +152,6 @@ async fn i_a_broken_signing_secret_holds_and_loses_nothing() {
         )
         .await
         .expect("fixing the Secret");
-    let fixed = Instant::now();
     s.say("Secret `signing` fixed (the original key back)");
     let mut released = Vec::new();
     for name in held_names {
