@@ -17,8 +17,8 @@
 #              Herald claims to support (the README's table), pinned below and in
 #              e2e/kube-oldest/go.mod: e2e/tests/oldest_versions.rs runs Herald on them
 #   kubectl  - only if none is on PATH; built from the pinned Kubernetes module
-#   node     - only when named: kubelet, kube-scheduler and kube-controller-manager from
-#              the pinned Kubernetes module, for a real node (e2e/node/)
+#   node     - kubelet, kube-scheduler and kube-controller-manager from the pinned
+#              Kubernetes module, for a real node (e2e/node/, e2e/tests/node.rs)
 # Needs only Go; every dependency comes from the Go module proxy. Cheap when
 # nothing changed: each step is skipped when its binary is up to date.
 # With arguments, builds only the tools named (e.g. `scripts/build-e2e.sh helm-docs`).
@@ -243,8 +243,8 @@ else
 	echo "build-e2e: built $bin/kubectl in $(($(date +%s) - start))s; add $bin to PATH"
 fi
 
-# A real node's components (e2e/node/): only when asked for by name.
-if [[ "$only" == *" node "* ]]; then
+# A real node's components (e2e/node/).
+if want node; then
 	for tool in kubelet kube-scheduler kube-controller-manager; do
 		if [ -x "$bin/$tool" ] && [ -z "$(find "$testenv_src/go.mod" -newer "$bin/$tool" -print -quit)" ]; then
 			echo "build-e2e: $tool is up to date ($bin/$tool)"

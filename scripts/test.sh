@@ -15,8 +15,26 @@ cargo fmt --check --manifest-path examples/receivers/rust-standardwebhooks/Cargo
 unformatted="$(gofmt -l e2e/testenv scripts/ocibuild examples/receivers/go)"
 [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
 
-step "e2e and release tools (testenv, helm, helm-docs, crane, ocibuild, cosign, cargo-cyclonedx, actionlint, kubectl)"
+step "e2e and release tools (testenv, helm, helm-docs, crane, ocibuild, cosign, cargo-cyclonedx, actionlint, kubectl, kubelet)"
 scripts/build-e2e.sh
+
+step "a real node's packages (containerd, runc, CNI plugins, busybox-static)"
+# e2e/tests/node.rs installs the chart on a real node (e2e/node/README.md): Debian's
+# containerd, runc and CNI plugins, and a static busybox for the pod sandbox image.
+# Installed here when missing (root on Debian); elsewhere that test reports itself skipped.
+node_packages=(containerd runc containernetworking-plugins busybox-static)
+missing=()
+for package in "${node_packages[@]}"; do
+	dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+	else
+		echo "not installing ${missing[*]} (needs root and apt-get); e2e/tests/node.rs will report itself skipped" >&2
+	fi
+fi
 
 step "receiver examples' packages (examples/receivers)"
 # e2e/tests/receivers.rs builds each receiver example (Go, TypeScript, Python, Java, Rust)

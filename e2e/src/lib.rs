@@ -14,6 +14,7 @@ pub mod dataplane;
 pub mod faults;
 pub mod helm;
 pub mod nats_process;
+pub mod node;
 pub mod proxy;
 pub mod receiver;
 
@@ -679,4 +680,53 @@ pub fn start_operator(
         let _ = rx.await;
     }));
     tx
+}
+
+/// Creates SigningSecret `keys` and WebhookEndpoint `orders` (for `order.*`, to `url`) in
+/// `namespace`, waits until the operator reports the endpoint Ready, and returns the key
+/// Herald generated into the Secret `keys`.
+pub async fn orders_endpoint(
+    client: &Client,
+    namespace: &str,
+    url: &str,
+    timeout: Duration,
+) -> herald_core::signing::SigningKey {
+    use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
+    use k8s_openapi::api::core::v1::Secret;
+    let secret: SigningSecret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
+        "metadata": {"name": "keys"}, "spec": {}
+    }))
+    .expect("a SigningSecret");
+    let endpoint: WebhookEndpoint = serde_json::from_value(serde_json::json!({
+        "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
+        "metadata": {"name": "orders"},
+        "spec": {"url": url, "eventTypes": ["order.*"], "secretRef": {"name": "keys"}}
+    }))
+    .expect("a WebhookEndpoint");
+    Api::<SigningSecret>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("creating the SigningSecret");
+    let endpoints = Api::<WebhookEndpoint>::namespaced(client.clone(), namespace);
+    endpoints
+        .create(&PostParams::default(), &endpoint)
+        .await
+        .expect("creating the WebhookEndpoint");
+    eventually("the WebhookEndpoint Ready", timeout, || async {
+        let e = endpoints.get("orders").await.ok()?;
+        e.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let whsec = eventually("the generated key", timeout, || async {
+        let data = secrets.get("keys").await.ok()?.data?;
+        String::from_utf8(data.get("current")?.0.clone()).ok()
+    })
+    .await;
+    herald_core::signing::SigningKey::from_whsec(&whsec).expect("a whsec key")
 }

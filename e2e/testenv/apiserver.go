@@ -116,9 +116,6 @@ func apiServerArgs(port int, dataDir, etcdURL string, p *pki) []string {
 		"--service-account-signing-key-file=" + p.saKeyFile,
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--etcd-servers=" + etcdURL,
-		// ServiceAccount admission rejects pods until the (absent)
-		// serviceaccount controller has created the "default" account.
-		"--disable-admission-plugins=ServiceAccount",
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--profiling=false",
 	}

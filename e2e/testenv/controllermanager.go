@@ -12,8 +12,9 @@ import (
 
 // startControllerManager runs kube-controller-manager in this process with
 // only the controllers whose absence tests would notice: namespace (deleting
-// a namespace empties and removes it) and garbagecollector (ownerReferences
-// cascade). kubeconfig points straight at the API server, not the proxy, so
+// a namespace empties and removes it), garbagecollector (ownerReferences
+// cascade) and serviceaccount (every namespace's "default" account, which the
+// ServiceAccount admission plugin wants before it admits a pod there). kubeconfig points straight at the API server, not the proxy, so
 // an API blackout does not stall these controllers.
 func startControllerManager(ctx context.Context, kubeconfig string) (*task, error) {
 	s, err := options.NewKubeControllerManagerOptions()
@@ -28,7 +29,7 @@ func startControllerManager(ctx context.Context, kubeconfig string) (*task, erro
 	}
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
-		"--controllers=namespace,garbagecollector",
+		"--controllers=namespace,garbagecollector,serviceaccount",
 		"--leader-elect=false",
 		// No metrics/healthz endpoint: nothing scrapes it and it would be
 		// one more port to leave behind.

@@ -18,12 +18,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use herald_core::v1alpha1::{SigningSecret, WebhookEndpoint};
+use herald_core::v1alpha1::SigningSecret;
 use herald_e2e::dataplane::DataPlane;
 use herald_e2e::helm::{chart_dir, documents, helm, ok};
 use herald_e2e::receiver::Receiver;
 use herald_e2e::{TestContext, TestEnv, env, eventually, private_jwt_env, repo_root, unique_name};
-use kube::api::PostParams;
 use serde_json::{Value, json};
 
 #[path = "chart_pods/identity.rs"]
@@ -399,36 +398,8 @@ impl Release {
     }
 }
 
-/// Creates a SigningSecret and a WebhookEndpoint for `order.*` to `url` in the test's
-/// namespace and waits until the operator reports the endpoint Ready.
+/// SigningSecret `keys` and WebhookEndpoint `orders` for `order.*` to `url` in the test's
+/// namespace, Ready.
 async fn tenant_endpoint(ctx: &TestContext, url: &str) {
-    let secret: SigningSecret = serde_json::from_value(json!({
-        "apiVersion": "herald.dev/v1alpha1", "kind": "SigningSecret",
-        "metadata": {"name": "keys"}, "spec": {}
-    }))
-    .unwrap();
-    let endpoint: WebhookEndpoint = serde_json::from_value(json!({
-        "apiVersion": "herald.dev/v1alpha1", "kind": "WebhookEndpoint",
-        "metadata": {"name": "orders"},
-        "spec": {"url": url, "eventTypes": ["order.*"], "secretRef": {"name": "keys"}}
-    }))
-    .unwrap();
-    ctx.api::<SigningSecret>()
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("creating the SigningSecret");
-    let endpoints = ctx.api::<WebhookEndpoint>();
-    endpoints
-        .create(&PostParams::default(), &endpoint)
-        .await
-        .expect("creating the WebhookEndpoint");
-    eventually("the WebhookEndpoint Ready", WAIT, || async {
-        let e = endpoints.get("orders").await.ok()?;
-        e.status?
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    herald_e2e::orders_endpoint(&ctx.client, &ctx.namespace, url, WAIT).await;
 }

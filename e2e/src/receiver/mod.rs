@@ -258,6 +258,35 @@ impl Receiver {
             .collect()
     }
 
+    /// Waits until `path` has received every number in `0..count` as its event's `data`
+    /// (a numbered stream); `Err` with the numbers still missing after `timeout`.
+    pub async fn until_numbered(
+        &self,
+        path: &str,
+        count: i64,
+        timeout: Duration,
+    ) -> Result<(), Vec<i64>> {
+        let missing = || -> Vec<i64> {
+            let got: std::collections::BTreeSet<i64> = self
+                .received(path)
+                .iter()
+                .filter_map(|r| r.json()["data"].as_i64())
+                .collect();
+            (0..count).filter(|i| !got.contains(i)).collect()
+        };
+        let started = Instant::now();
+        loop {
+            let left = missing();
+            if left.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                return Err(left);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// The most requests that were ever in flight at once on `path` (a request is in
     /// flight until its response body is sent or its connection is gone).
     pub fn max_in_flight(&self, path: &str) -> usize {
