@@ -373,9 +373,12 @@ impl EndpointState {
             self.circuit
                 .on_failure(streak, &delivery.circuit_breaker, now);
             match (result.outcome, result.retry_after) {
+                // A refusal with a pause: wait as asked, then pace by what the receiver
+                // accepted (coming back at full concurrency trips its limiter again).
                 (AttemptOutcome::RateLimited, Some(after)) => {
-                    self.limiter.on_failure(true);
+                    self.limiter.on_failure(false);
                     self.pace.hold_for(after, now);
+                    self.pace.on_refused_with_pause(now);
                 }
                 // A refusal without a pause: a rate limiter tripped; pace by rate, keep
                 // the concurrency (a slow receiver needs it for the same rate).

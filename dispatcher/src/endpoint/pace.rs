@@ -96,6 +96,25 @@ impl Pace {
         }
     }
 
+    /// The receiver refused a request and asked for a pause (`Retry-After`, held by
+    /// [`Pace::hold_for`]): after the pause the endpoint is paced by a learned rate,
+    /// started at what the receiver accepted in the last few seconds, or cut by a
+    /// quarter if one is in force. An explicit pause is a limiter's answer, so a single
+    /// refusal counts (a refusal without one counts only as part of a trip). A receiver
+    /// that accepted nothing (down for maintenance, answering 503 with `Retry-After`)
+    /// gives no rate to learn: the pause is all it asked for.
+    pub fn on_refused_with_pause(&mut self, now: Instant) {
+        self.refusals.add(now);
+        let accepted = self.throughput.peak(now);
+        match &mut self.learned {
+            Some(learned) => learned.on_refused(now, accepted),
+            None if accepted >= 1.0 => {
+                self.learned = Some(Box::new(Learned::new(accepted, now)));
+            }
+            None => {}
+        }
+    }
+
     /// The rate learned from refusals, if one is in force.
     pub fn learned_rate(&self) -> Option<f64> {
         self.learned.as_ref().map(|l| l.rate())
@@ -176,6 +195,27 @@ mod tests {
         sporadic: f64,
         stalls: Option<(Duration, Duration)>,
     ) -> (u32, u32) {
+        simulate_receiver(
+            per_second,
+            burst,
+            latency,
+            concurrency,
+            sporadic,
+            stalls,
+            None,
+        )
+    }
+
+    /// [`simulate_stalling`] where each refusal carries `Retry-After: retry_after`.
+    fn simulate_receiver(
+        per_second: f64,
+        burst: f64,
+        latency: Duration,
+        concurrency: usize,
+        sporadic: f64,
+        stalls: Option<(Duration, Duration)>,
+        retry_after: Option<Duration>,
+    ) -> (u32, u32) {
         let mut dice = fastrand::Rng::with_seed(7);
         let start = Instant::now();
         let step = Duration::from_micros(500);
@@ -197,10 +237,13 @@ mod tests {
                 if *at > now {
                     return true;
                 }
-                if *ok {
-                    pace.on_success(now);
-                } else {
-                    pace.on_refused(now);
+                match (*ok, retry_after) {
+                    (true, _) => pace.on_success(now),
+                    (false, None) => pace.on_refused(now),
+                    (false, Some(after)) => {
+                        pace.hold_for(after, now);
+                        pace.on_refused_with_pause(now);
+                    }
                 }
                 false
             });
@@ -264,6 +307,43 @@ mod tests {
             simulate_stalling(200.0, 20.0, Duration::from_millis(1), 4, 0.0, stalling);
         // What the receiver can take while Herald runs: 4 of every 5 s.
         near_its_rate((accepted, refused), 200.0 * 0.8);
+    }
+
+    #[test]
+    fn a_receiver_that_asks_for_a_pause_is_paced_after_it() {
+        // 429 with `Retry-After: 1` beyond 200/s: waiting and then coming back at full
+        // concurrency tripped the limiter again after every pause (21 % refused, the
+        // drain 9.5x the ideal, in a run against the real dispatcher).
+        let pause = Some(Duration::from_secs(1));
+        for (latency, concurrency) in [(1, 4), (100, 64)] {
+            let latency = Duration::from_millis(latency);
+            let run = simulate_receiver(200.0, 20.0, latency, concurrency, 0.0, None, pause);
+            near_its_rate(run, 200.0);
+        }
+    }
+
+    #[test]
+    fn a_pause_from_a_receiver_that_accepted_nothing_learns_no_rate() {
+        // Down for maintenance: 503 with `Retry-After` from the first request on.
+        let now = Instant::now();
+        let mut p = Pace::default();
+        for i in 0..10 {
+            let at = now + Duration::from_millis(i);
+            p.hold_for(Duration::from_secs(30), at);
+            p.on_refused_with_pause(at);
+        }
+        assert_eq!(p.learned_rate(), None, "only the pause");
+        assert_eq!(p.wait(None, now + Duration::from_secs(31)), None);
+        // A receiver that was taking requests and now asks for pauses is paced.
+        for i in 0..50 {
+            p.on_success(now + Duration::from_secs(31) + Duration::from_millis(i * 10));
+        }
+        let later = now + Duration::from_millis(31_600);
+        for i in 0..5 {
+            p.hold_for(Duration::from_secs(1), later);
+            p.on_refused_with_pause(later + Duration::from_millis(i));
+        }
+        assert!(p.learned_rate().is_some(), "paced after the pause");
     }
 
     #[test]

@@ -166,14 +166,17 @@ impl Results {
             runs("ordering key", &self.keyed, n);
         }
         if options.on(Scenario::Recovery) {
-            if self.recovery.len() < 2 * options.recovery_runs {
+            if self.recovery.len() < 3 * options.recovery_runs {
                 out.push(format!("recovery: {} runs", self.recovery.len()));
             }
             for run in &self.recovery {
                 if !run.complete() || run.drain_seconds <= 0.0 || run.curve.is_empty() {
                     out.push(format!(
-                        "recovery ({} ms): {} of {} delivered in {:.1} s",
-                        run.delay_ms, run.delivered, run.events, run.drain_seconds
+                        "recovery ({}): {} of {} delivered in {:.1} s",
+                        run.receiver(),
+                        run.delivered,
+                        run.events,
+                        run.drain_seconds
                     ));
                 }
             }

@@ -274,28 +274,33 @@ pub async fn run(env: &'static TestEnv, options: &Options) -> Results {
     }
     if o.on(Scenario::Recovery) {
         for n in 0..o.recovery_runs {
-            for delay in [0, o.recovery_slow_ms] {
+            // A fast receiver and a slow one answering 429 without `Retry-After`, and the
+            // fast one asking for a second's pause with each 429.
+            for (delay, retry_after) in [(0, None), (o.recovery_slow_ms, None), (0, Some(1))] {
                 let capacity = Capacity {
                     rate: o.recovery_rate,
                     burst: o.recovery_burst,
                     delay: Duration::from_millis(delay),
+                    retry_after,
                 };
                 progress(
                     start,
                     &format!(
-                        "recovery ({delay} ms receiver) run {}/{}: {} events while down; ideal drain {:.0} s",
+                        "recovery ({delay} ms receiver, Retry-After {retry_after:?}) run {}/{}: {} events while down; ideal drain {:.0} s",
                         n + 1,
                         o.recovery_runs,
                         o.recovery_events,
                         (o.recovery_events as f64 - o.recovery_burst).max(0.0) / o.recovery_rate
                     ),
                 );
-                let ns = ns(format!("rec-{n}-{delay}"));
+                let pause = retry_after.map_or(String::new(), |s| format!("-ra{s}"));
+                let ns = ns(format!("rec-{n}-{delay}{pause}"));
                 let run = recovery::recovery(&b, &ns, o.recovery_events, capacity).await;
                 progress(
                     start,
                     &format!(
-                        "recovery ({delay} ms receiver): drained {} of {} in {:.1} s ({:.2}× the ideal), {} of {} requests refused ({:.1} %)",
+                        "recovery ({}): drained {} of {} in {:.1} s ({:.2}× the ideal), {} of {} requests refused ({:.1} %)",
+                        run.receiver(),
                         run.delivered,
                         run.events,
                         run.drain_seconds,

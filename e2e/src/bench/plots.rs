@@ -304,11 +304,7 @@ fn recovery(r: &Results) -> Result<Option<String>, Error> {
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(1)));
         for (k, run) in r.recovery.iter().enumerate() {
             let color = COLORS[k % COLORS.len()];
-            let label = if run.delay_ms == 0 {
-                "fast receiver".to_owned()
-            } else {
-                format!("receiver taking {} ms", run.delay_ms)
-            };
+            let label = run.receiver();
             let line = std::iter::once((0.0, 0.0))
                 .chain(run.curve.iter().map(|(t, n, _)| (*t, *n as f64)));
             chart
@@ -369,14 +365,14 @@ fn recovery(r: &Results) -> Result<Option<String>, Error> {
                 .filter_map(|(t, l, _)| l.map(|l| (*t, f64::from(l))));
             chart
                 .draw_series(LineSeries::new(limits, color.stroke_width(2)))?
-                .label(format!("limit, {} ms receiver", run.delay_ms))
+                .label(format!("limit, {}", run.receiver()))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
             let refused = run.curve.iter().map(|(t, _, n)| (*t, *n as f64));
             chart
                 .draw_series(LineSeries::new(refused, color.mix(0.5).stroke_width(1)))?
-                .label(format!("429 per second, {} ms receiver", run.delay_ms))
+                .label(format!("429 per second, {}", run.receiver()))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.mix(0.5).stroke_width(1))
                 });

@@ -35,8 +35,10 @@ pub struct Behavior {
     /// past the sender's timeout).
     pub delay: Duration,
     /// A token bucket `(per second, burst)` in front: a request beyond it is answered 429
-    /// at once, without `Retry-After`, as real rate limiters do.
+    /// at once, without `Retry-After` as many real rate limiters do, unless `retry_after`.
     pub rate_limit: Option<(f64, f64)>,
+    /// `Retry-After` (seconds) on the rate limiter's 429s.
+    pub retry_after: Option<u32>,
 }
 
 impl Behavior {
@@ -51,6 +53,15 @@ impl Behavior {
         Self {
             delay,
             rate_limit: Some((per_second, burst)),
+            retry_after: None,
+        }
+    }
+
+    /// The rate limiter's 429s ask for a pause of `seconds` (`Retry-After`).
+    pub fn asking_pause(self, seconds: Option<u32>) -> Self {
+        Self {
+            retry_after: seconds,
+            ..self
         }
     }
 }
@@ -298,7 +309,13 @@ async fn handle(
     }
     if !accepted {
         state.refused.fetch_add(1, Ordering::Relaxed);
-        return answer(StatusCode::TOO_MANY_REQUESTS);
+        let mut refusal = answer(StatusCode::TOO_MANY_REQUESTS)?;
+        if let Some(seconds) = state.behavior.retry_after {
+            refusal
+                .headers_mut()
+                .insert(hyper::header::RETRY_AFTER, seconds.into());
+        }
+        return Ok(refusal);
     }
     if !state.behavior.delay.is_zero() {
         let now = state.in_flight.fetch_add(1, Ordering::Relaxed) + 1;

@@ -1,7 +1,8 @@
 //! Recovery: an endpoint whose receiver is down (nothing listens on its port: every
 //! connection is refused) while a backlog of events is published, then back with a
 //! capacity of `rate` requests/s — a token bucket with a small burst that answers 429
-//! without `Retry-After` above it, as real rate limiters do. Measured from the moment
+//! above it, without `Retry-After` as many real rate limiters do, or asking for a pause
+//! with one as others do. Measured from the moment
 //! it is back: the drain time against the ideal `(events − burst) / rate`, the requests
 //! refused, the delivered count per second against the capacity line, and the
 //! endpoint's adaptive concurrency limit over time (from its health record, which the
@@ -24,6 +25,8 @@ pub struct Capacity {
     pub burst: f64,
     /// How long an accepted request takes (0: a fast receiver).
     pub delay: Duration,
+    /// `Retry-After` (seconds) on its 429s.
+    pub retry_after: Option<u32>,
 }
 
 /// One recovery.
@@ -31,6 +34,8 @@ pub struct Capacity {
 pub struct RecoveryRun {
     /// Milliseconds an accepted request takes.
     pub delay_ms: u64,
+    /// `Retry-After` (seconds) on the receiver's 429s.
+    pub retry_after_s: Option<u32>,
     pub rate: f64,
     pub burst: f64,
     pub events: usize,
@@ -53,6 +58,20 @@ pub struct RecoveryRun {
 }
 
 impl RecoveryRun {
+    /// The receiver, in words: "fast receiver", "receiver taking 75 ms", with ", 429 with
+    /// Retry-After: 1" when it asks for pauses.
+    pub fn receiver(&self) -> String {
+        let speed = if self.delay_ms == 0 {
+            "fast receiver".to_owned()
+        } else {
+            format!("receiver taking {} ms", self.delay_ms)
+        };
+        match self.retry_after_s {
+            Some(s) => format!("{speed}, 429 with Retry-After: {s}"),
+            None => speed,
+        }
+    }
+
     pub fn ratio(&self) -> f64 {
         self.drain_seconds / self.ideal_seconds.max(1e-3)
     }
@@ -70,11 +89,10 @@ pub async fn recovery(b: &Bench, ns: &str, events: usize, capacity: Capacity) ->
     // A port nothing listens on until the receiver comes back.
     let port = crate::free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let path = b.rx.path(Behavior::rate_limited(
-        capacity.rate,
-        capacity.burst,
-        capacity.delay,
-    ));
+    let path = b.rx.path(
+        Behavior::rate_limited(capacity.rate, capacity.burst, capacity.delay)
+            .asking_pause(capacity.retry_after),
+    );
     // Retries within seconds (the down phase fails the few events probed), a probe every
     // 2 s while the circuit is open (30 s by default: detection is not what is measured).
     let delivery = json!({
@@ -153,6 +171,7 @@ pub async fn recovery(b: &Bench, ns: &str, events: usize, capacity: Capacity) ->
     debug_assert!(refused <= refused_total);
     RecoveryRun {
         delay_ms: capacity.delay.as_millis() as u64,
+        retry_after_s: capacity.retry_after,
         rate: capacity.rate,
         burst: capacity.burst,
         events,

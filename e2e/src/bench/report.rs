@@ -179,7 +179,7 @@ fn targets(w: &mut String, r: &Results, o: &Options) {
         writeln!(
             w,
             "| recovery ({}): drain within 1.5× the ideal, < 5 % refused | {:.2}× ({:.0} s of {:.0} s), {:.1} % refused | {} |",
-            receiver_label(run.delay_ms),
+            run.receiver(),
             run.ratio(),
             run.drain_seconds,
             run.ideal_seconds,
@@ -201,14 +201,6 @@ fn targets(w: &mut String, r: &Results, o: &Options) {
         .unwrap();
     }
     writeln!(w).unwrap();
-}
-
-fn receiver_label(delay_ms: u64) -> String {
-    if delay_ms == 0 {
-        "fast receiver".into()
-    } else {
-        format!("receiver taking {delay_ms} ms")
-    }
 }
 
 fn throughput(w: &mut String, r: &Results, o: &Options, plots: &str) {
@@ -380,13 +372,13 @@ fn recovery(w: &mut String, r: &Results, o: &Options, plots: &str) {
         return;
     }
     writeln!(w, "## Recovery\n\n![Recovery: delivered against the receiver's capacity, and the concurrency limit]({plots}/recovery.svg)\n").unwrap();
-    writeln!(w, "One endpoint whose receiver is down (nothing listens on its port: connections refused) while {} events are published; then it comes back with a capacity of {:.0} requests/s: a token bucket with a burst of {:.0}, answering 429 without `Retry-After` above it. The endpoint: `maxInFlight: 64`, retries within 5 s, circuit probes every 2 s (so detection is not what is measured). Ideal drain: (events − burst) ÷ rate. The concurrency limit is the endpoint's health record, sampled every second.\n", o.recovery_events, o.recovery_rate, o.recovery_burst).unwrap();
+    writeln!(w, "One endpoint whose receiver is down (nothing listens on its port: connections refused) while {} events are published; then it comes back with a capacity of {:.0} requests/s: a token bucket with a burst of {:.0}, answering 429 above it: without `Retry-After` (as many real limiters do), and in a third run with `Retry-After: 1` (as others do). The endpoint: `maxInFlight: 64`, retries within 5 s, circuit probes every 2 s (so detection is not what is measured). Ideal drain: (events − burst) ÷ rate. The concurrency limit is the endpoint's health record, sampled every second.\n", o.recovery_events, o.recovery_rate, o.recovery_burst).unwrap();
     writeln!(w, "| receiver | backlog when back | drained | drain time | ideal | × ideal | first accepted after | requests | refused (429) | most in flight |\n|---|---|---|---|---|---|---|---|---|---|").unwrap();
     for run in &r.recovery {
         writeln!(
             w,
             "| {} | {} | {} of {} | {:.1} s | {:.1} s | **{:.2}×** | {:.1} s | {} | {} (**{:.1} %**) | {} |",
-            receiver_label(run.delay_ms),
+            run.receiver(),
             run.backlog_at_return
                 .map_or("not reported".into(), |b| b.to_string()),
             run.delivered,

@@ -62,8 +62,11 @@ pub struct Behavior {
     /// A per-event rule that comes first; requests it lets through answer as above.
     pub per_event: Option<EventRule>,
     /// A rate limiter before everything else: `(per second, burst)`, a token bucket;
-    /// a request beyond it answers 429 without `Retry-After`, as real limiters do.
+    /// a request beyond it answers 429, without `Retry-After` as many real limiters do
+    /// unless `limit_retry_after` is set.
     pub rate_limit: Option<(f64, f64)>,
+    /// `Retry-After` (seconds) on the rate limiter's 429s.
+    pub limit_retry_after: Option<u32>,
     /// Answer Herald's verification challenges (`herald.endpoint.verification`) with the
     /// challenge, as a receiver that agreed to receive does.
     pub echo_challenges: bool,
@@ -77,6 +80,7 @@ impl Default for Behavior {
             headers: Vec::new(),
             per_event: None,
             rate_limit: None,
+            limit_retry_after: None,
             echo_challenges: false,
         }
     }
@@ -116,6 +120,14 @@ impl Behavior {
         Self {
             rate_limit: Some((per_second, burst)),
             ..Default::default()
+        }
+    }
+
+    /// [`Behavior::rate_limited`], its 429s asking for a pause of `retry_after` seconds.
+    pub fn rate_limited_with_pause(per_second: f64, burst: f64, retry_after: u32) -> Self {
+        Self {
+            limit_retry_after: Some(retry_after),
+            ..Self::rate_limited(per_second, burst)
         }
     }
 
@@ -459,7 +471,11 @@ async fn handle(
             _ if limited => Some(Plan::Scripted {
                 status: 429,
                 delay: Duration::ZERO,
-                headers: Vec::new(),
+                headers: behavior
+                    .limit_retry_after
+                    .map(|after| ("retry-after".to_owned(), after.to_string()))
+                    .into_iter()
+                    .collect(),
             }),
             Some(EventRule::FailFirstOfEvery { every, status })
                 if nth == 0 && data.is_some_and(|d| d.rem_euclid((*every).max(1) as i64) == 0) =>
