@@ -91,8 +91,8 @@ soak: ## The seeded chaos soak for SOAK_MINUTES (default 60): new seeds, SOAK_SE
 	scripts/soak.sh
 
 .PHONY: profile
-profile: e2e-tools ## Profile a steady throughput load (perf, release build) for PROFILE_SECONDS (default 20); writes docs/bench/profile.md and flame graphs
-	scripts/profile.sh $(or $(PROFILE_SECONDS),20)
+profile: e2e-tools ## Profile a steady throughput load (perf, release build) for PROFILE_SECONDS (default 20) over PROFILE_ENDPOINTS (default 10); writes docs/bench/profile.md (profile-N-endpoints.md) and flame graphs
+	PROFILE_ENDPOINTS=$(or $(PROFILE_ENDPOINTS),10) scripts/profile.sh $(or $(PROFILE_SECONDS),20)
 
 .PHONY: scale
 scale: e2e-tools ## The control plane at scale against a fresh test environment: ENDPOINTS (default 20000) WebhookEndpoints Ready and receiving traffic; report appended to SCALE_REPORT (docs/scale.md explains)

@@ -49,6 +49,9 @@ struct Args {
     /// Where `--profile-seconds` writes its counters (`key value` lines, replaced whole).
     #[arg(long)]
     profile_stats: Option<PathBuf>,
+    /// Endpoints of the `--profile-seconds` load (each event matches one, in turn).
+    #[arg(long, default_value_t = 10)]
+    profile_endpoints: usize,
 }
 
 /// Events published and not yet delivered under `--profile-seconds`: enough to keep every
@@ -72,7 +75,13 @@ async fn main() {
     herald_dispatcher::install_crypto_provider();
     if let (Some(seconds), Some(stats)) = (args.profile_seconds, args.profile_stats) {
         // The environment `scripts/profile.sh` started: its NATS is the process profiled.
-        profile(herald_e2e::env(), seconds, stats).await;
+        profile(
+            herald_e2e::env(),
+            seconds,
+            stats,
+            args.profile_endpoints.max(1),
+        )
+        .await;
         std::process::exit(0);
     }
     let options = if args.smoke {
@@ -120,10 +129,15 @@ async fn main() {
     std::process::exit(if problems.is_empty() { 0 } else { 1 });
 }
 
-/// `--profile-seconds`: the throughput set-up (10 endpoints, each event to one) under a
-/// steady load for `seconds`, never more than [`PROFILE_BACKLOG`] ahead of the receiver,
-/// while a task writes [`profile_counters`] to `stats` every 250 ms.
-async fn profile(env: &'static herald_e2e::TestEnv, seconds: u64, stats: PathBuf) {
+/// `--profile-seconds`: the throughput set-up (`endpoints` endpoints, each event to one
+/// in turn) under a steady load for `seconds`, never more than [`PROFILE_BACKLOG`] ahead
+/// of the receiver, while a task writes [`profile_counters`] to `stats` every 250 ms.
+async fn profile(
+    env: &'static herald_e2e::TestEnv,
+    seconds: u64,
+    stats: PathBuf,
+    endpoints: usize,
+) {
     let dispatcher = Dispatcher::start(env);
     let b = Bench {
         dp: DataPlane::new(env.nats().await).await,
@@ -131,7 +145,7 @@ async fn profile(env: &'static herald_e2e::TestEnv, seconds: u64, stats: PathBuf
         rx: Receiver::start().await,
     };
     let ns = "bench-throughput";
-    let paths = b.rx.paths(10, Behavior::default());
+    let paths = b.rx.paths(endpoints, Behavior::default());
     let targets = paths
         .iter()
         .enumerate()
@@ -146,10 +160,10 @@ async fn profile(env: &'static herald_e2e::TestEnv, seconds: u64, stats: PathBuf
         })
         .collect();
     b.endpoints(ns, targets).await;
-    profile_load(&b, ns, seconds, stats).await;
+    profile_load(&b, ns, seconds, stats, endpoints as u64).await;
 }
 
-async fn profile_load(b: &Bench, ns: &str, seconds: u64, stats: PathBuf) {
+async fn profile_load(b: &Bench, ns: &str, seconds: u64, stats: PathBuf, endpoints: u64) {
     let published = Arc::new(AtomicU64::new(0));
     let writer = {
         let (js, rx, published) = (b.dp.js.clone(), b.rx.clone(), published.clone());
@@ -175,7 +189,7 @@ async fn profile_load(b: &Bench, ns: &str, seconds: u64, stats: PathBuf) {
             continue;
         }
         for _ in 0..256 {
-            let ty = format!("t{}", i % 10);
+            let ty = format!("t{}", i % endpoints);
             let body = format!(r#"{{"type":"{ty}","data":{{"i":{i}}}}}"#);
             let ack =
                 b.dp.js
