@@ -20,6 +20,7 @@ pub mod retry;
 pub mod server;
 pub mod setup;
 pub mod shard;
+pub mod silence;
 pub mod supervise;
 pub mod verify;
 

@@ -590,20 +590,7 @@ async fn a_config_watch_that_lost_its_consumer_sees_a_new_endpoint_within_second
     )
     .await;
 
-    let stream = format!("KV_{}", herald_core::dataplane::CONFIG_BUCKET);
-    let stream = dp.js.get_stream(&stream).await.expect("the config stream");
-    let names: Vec<String> = stream
-        .consumer_names()
-        .filter_map(|name| async move { name.ok() })
-        .collect()
-        .await;
-    assert!(!names.is_empty(), "the dispatcher's watch has a consumer");
-    for name in &names {
-        stream
-            .delete_consumer(name)
-            .await
-            .expect("deleting a consumer");
-    }
+    let names = delete_config_consumers(&dp).await;
     let written = std::time::Instant::now();
     dp.put_endpoint(&endpoint(&ns, "second", json!({"url": rx.url("second")})))
         .await;
@@ -637,4 +624,90 @@ async fn a_config_watch_that_lost_its_consumer_sees_a_new_endpoint_within_second
          {names:?}; log herald-test-dispatcher-silent.*.log)"
     );
     println!("the new endpoint's first event was published {first:?} after it was written");
+}
+
+/// Deletes every consumer of the `herald-config` stream (the dispatcher's watches of it):
+/// what the loss of the NATS node holding them does, without an election. Their names.
+async fn delete_config_consumers(dp: &DataPlane) -> Vec<String> {
+    let stream = format!("KV_{}", herald_core::dataplane::CONFIG_BUCKET);
+    let stream = dp.js.get_stream(&stream).await.expect("the config stream");
+    let names: Vec<String> = stream
+        .consumer_names()
+        .filter_map(|name| async move { name.ok() })
+        .collect()
+        .await;
+    assert!(!names.is_empty(), "the dispatcher's watches have consumers");
+    for name in &names {
+        stream
+            .delete_consumer(name)
+            .await
+            .expect("deleting a consumer");
+    }
+    names
+}
+
+/// The replay requests' watch, when its consumer is lost (its NATS node gone), is
+/// watched again within a second or so: a replay requested meanwhile starts at once,
+/// not after the client's missed heartbeats (10 s).
+#[tokio::test]
+async fn a_replay_watch_that_lost_its_consumer_starts_a_new_replay_within_seconds() {
+    const STARTS_WITHIN: Duration = Duration::from_secs(4);
+    let _faults = fault_lock().await;
+    let dp = DataPlane::new(private_env().nats().await).await;
+    let rx = Receiver::start().await;
+    let ns = herald_e2e::unique_name("silent-replay");
+    dp.put_keys(&ns, "signing", &[TEST_SECRET]).await;
+    dp.put_endpoint(&endpoint(&ns, "hook", json!({"url": rx.url("hook")})))
+        .await;
+    let dispatcher = spawn_dispatcher("silent-replay");
+    let from_ms = jiff::Timestamp::now().as_millisecond() as u64;
+    eventually(
+        "the endpoint delivering",
+        Duration::from_secs(60),
+        || async {
+            dp.publish(&ns, "a", json!(0)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            (!rx.received("hook").is_empty()).then_some(())
+        },
+    )
+    .await;
+    // Let the replay watch catch up with the bucket before its consumer goes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = rx.received("hook").len();
+    let to_ms = jiff::Timestamp::now().as_millisecond() as u64 + 1;
+
+    let names = delete_config_consumers(&dp).await;
+    let request = herald_core::dataplane::ReplayRequest {
+        namespace: ns.clone(),
+        name: "again".into(),
+        uid: "uid-silent-replay".into(),
+        endpoint: "hook".into(),
+        from_ms,
+        to_ms,
+        event_types: Vec::new(),
+        only_failed: false,
+        dry_run: false,
+    };
+    let key = herald_core::dataplane::BucketKey::replay(&ns, "again").to_string();
+    let written = std::time::Instant::now();
+    dp.config
+        .put(key.as_str(), serde_json::to_vec(&request).unwrap().into())
+        .await
+        .expect("writing the replay request");
+    let deadline = written + Duration::from_secs(30);
+    while rx.received("hook").len() <= before && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = written.elapsed();
+    stop(dispatcher).await;
+    assert!(
+        rx.received("hook").len() > before,
+        "the replay never started (consumers deleted: {names:?})"
+    );
+    println!("the replay's first request came {started:?} after it was requested");
+    assert!(
+        started < STARTS_WITHIN,
+        "the replay started {started:?} after it was requested, not within \
+         {STARTS_WITHIN:?} (consumers deleted: {names:?}; log herald-test-dispatcher-silent-replay.*.log)"
+    );
 }

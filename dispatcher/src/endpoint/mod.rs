@@ -373,10 +373,11 @@ impl EndpointState {
             self.circuit
                 .on_failure(streak, &delivery.circuit_breaker, now);
             match (result.outcome, result.retry_after) {
-                // A refusal with a pause: wait as asked, then pace by what the receiver
-                // accepted (coming back at full concurrency trips its limiter again).
+                // A refusal with a pause: wait as asked, with half the concurrency (kept
+                // across a restart), then pace by what the receiver accepted (coming back
+                // at full speed trips its limiter again).
                 (AttemptOutcome::RateLimited, Some(after)) => {
-                    self.limiter.on_failure(false);
+                    self.limiter.on_failure(true);
                     self.pace.hold_for(after, now);
                     self.pace.on_refused_with_pause(now);
                 }

@@ -3,12 +3,12 @@
 //! where it stopped when it falls silent while the bucket has more.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::watch;
 
 use super::Index;
+use crate::silence::{self, Silence};
 use crate::supervise::Readiness;
 
 #[derive(Debug, thiserror::Error)]
@@ -19,27 +19,6 @@ pub enum FollowError {
     Read(#[source] async_nats::Error),
     #[error("the configuration watch ended")]
     Ended,
-}
-
-/// How often [`follow`] asks the bucket for its newest revision to find a watch that fell
-/// silent: a watch's consumer is a single replica on one NATS node, and when that node
-/// is lost the client notices only after two missed idle heartbeats (10 s), during which
-/// a new endpoint would miss its events and a deleted or paused one still get them.
-const PROBE: Duration = Duration::from_millis(500);
-
-/// What one look at the bucket saw: the newest revision the watch had delivered, and the
-/// newest stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Probe {
-    seen: u64,
-    stored: u64,
-}
-
-/// Whether the watch fell silent: at the previous probe the bucket held a revision the
-/// watch had not delivered, and it delivered nothing since. A watch that is merely busy
-/// (reading a large bucket, one entry after another) keeps moving and is left alone.
-fn silent(previous: Option<Probe>, now: Probe) -> bool {
-    previous.is_some_and(|before| before.stored > before.seen && now.seen == before.seen)
 }
 
 /// The readiness part [`follow`] reports.
@@ -110,9 +89,9 @@ async fn pass(
     let mut watch = bucket.watch_with_history(">").await?;
     let mut complete = false;
     let mut seen = 0;
-    let mut probe = tokio::time::interval(PROBE);
+    let mut probe = tokio::time::interval(silence::PROBE);
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut previous = None;
+    let mut silence = Silence::default();
     let read = |complete: &mut bool| {
         *complete = true;
         index.mark_read(generation);
@@ -134,11 +113,7 @@ async fn pass(
             _ = probe.tick() => None,
         };
         let Some(entry) = entry else {
-            let Some(stored) = newest(&mut stream).await else {
-                continue;
-            };
-            let now = Probe { seen, stored };
-            if silent(previous, now) {
+            if let Some(stored) = silence.check(bucket, ">", seen).await {
                 tracing::warn!(
                     seen,
                     stored,
@@ -148,9 +123,6 @@ async fn pass(
                 // have delivered. Before the bucket was read completely that includes
                 // older revisions of some keys, applied in order, so the newest wins.
                 watch = bucket.watch_from_revision(">", seen + 1).await?;
-                previous = None;
-            } else {
-                previous = Some(now);
             }
             continue;
         };
@@ -166,41 +138,5 @@ async fn pass(
         if !complete && (entry.revision >= last || entry.delta == 0) {
             read(&mut complete);
         }
-    }
-}
-
-/// The bucket's newest revision, asked of the server (its stream leader); `None` when it
-/// does not answer within the probe's interval, e.g. while the stream elects a leader.
-async fn newest(stream: &mut async_nats::jetstream::stream::Stream) -> Option<u64> {
-    let info = tokio::time::timeout(PROBE, stream.info())
-        .await
-        .ok()?
-        .ok()?;
-    Some(info.state.last_sequence)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Probe, silent};
-
-    fn probe(seen: u64, stored: u64) -> Probe {
-        Probe { seen, stored }
-    }
-
-    #[test]
-    fn a_watch_behind_the_bucket_that_delivers_nothing_between_two_probes_is_silent() {
-        assert!(silent(Some(probe(7, 9)), probe(7, 9)));
-        // More was stored meanwhile: still silent.
-        assert!(silent(Some(probe(7, 9)), probe(7, 12)));
-    }
-
-    #[test]
-    fn a_watch_that_moves_or_has_everything_is_not_silent() {
-        // Caught up at the previous probe; what was stored since may be on its way.
-        assert!(!silent(Some(probe(9, 9)), probe(9, 10)));
-        // Behind, but it delivered something since: a large bucket being read.
-        assert!(!silent(Some(probe(7, 900)), probe(300, 900)));
-        // The first probe has nothing to compare with.
-        assert!(!silent(None, probe(0, 900)));
     }
 }

@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::context::Shared;
 use crate::index::Endpoint;
+use crate::silence::Silence;
 use crate::supervise::Owned;
 
 pub mod live;
@@ -63,6 +64,9 @@ pub fn failed(newest: &Newest, event_id: &str) -> bool {
         .is_some_and(|state| FAILED.contains(&state))
 }
 
+/// How often the replay requests' watch looks for having fallen silent ([`Silence`]).
+const REPLAY_PROBE: Duration = Duration::from_secs(1);
+
 /// Follows the replay requests in `herald-config` and carries out those of endpoints on
 /// `shard` until `stop`.
 pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
@@ -74,13 +78,18 @@ pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
     let mut workers: HashMap<String, (String, Owned<bool>)> = HashMap::new();
     let live = shared.replays.clone();
     let watch = async {
+        let config = &shared.layout.config;
+        let filter = &BucketKey::replay_filter();
+        // The newest revision delivered: a watch that falls silent (its consumer's node
+        // lost) is started again from the next one.
+        let mut seen = 0;
         loop {
-            let mut entries = match shared
-                .layout
-                .config
-                .watch_with_history(BucketKey::replay_filter())
-                .await
-            {
+            let watched = if seen == 0 {
+                config.watch_with_history(filter).await
+            } else {
+                config.watch_from_revision(filter, seen + 1).await
+            };
+            let mut entries = match watched {
                 Ok(entries) => entries,
                 Err(error) => {
                     tracing::warn!(shard, %error, "watching replay requests");
@@ -88,8 +97,29 @@ pub async fn run(shared: Shared, shard: u32, mut stop: watch::Receiver<bool>) {
                     continue;
                 }
             };
-            while let Some(entry) = entries.next().await {
-                let Ok(entry) = entry else { break };
+            // Every second, not every half (as the configuration watch): one such watch
+            // runs per shard, and a replay starting a second later harms nobody.
+            let mut probe = tokio::time::interval(REPLAY_PROBE);
+            probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut silence = Silence::default();
+            loop {
+                let entry = tokio::select! {
+                    entry = entries.next() => entry,
+                    _ = probe.tick() => {
+                        if let Some(stored) = silence.check(config, filter, seen).await {
+                            tracing::warn!(
+                                shard,
+                                seen,
+                                stored,
+                                "the replay requests' watch fell silent; watching again from where it stopped"
+                            );
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                let Some(Ok(entry)) = entry else { break };
+                seen = entry.revision;
                 if entry.operation != kv::Operation::Put {
                     live.delete(&entry.key);
                     if entry.delta == 0 {
