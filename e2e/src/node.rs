@@ -294,7 +294,8 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        // The kubelet first, so it does not restart what is stopped next.
+        // In the reverse order of their start: the controllers and the scheduler, the
+        // kubelet (so it restarts nothing), containerd last.
         while let Some((_, mut child)) = self.processes.pop() {
             let _ = child.kill();
             let _ = child.wait();

@@ -174,8 +174,7 @@ mod tests {
     /// A receiver that accepts `per_second` with bursts of `burst` (a token bucket),
     /// refuses the rest without `Retry-After` — and, at random, a `sporadic` share of
     /// what its bucket let through — and answers in `latency`; Herald with `concurrency`
-    /// requests at a time and an endless backlog, paced as the endpoint paces. Herald
-    /// `stalls` for a while every so often (a busy machine: nothing sent, no answer read).
+    /// requests at a time and an endless backlog, paced as the endpoint paces.
     /// Returns (accepted, refused) over 30 s.
     fn simulate(
         per_second: f64,
@@ -184,29 +183,20 @@ mod tests {
         concurrency: usize,
         sporadic: f64,
     ) -> (u32, u32) {
-        simulate_stalling(per_second, burst, latency, concurrency, sporadic, None)
-    }
-
-    fn simulate_stalling(
-        per_second: f64,
-        burst: f64,
-        latency: Duration,
-        concurrency: usize,
-        sporadic: f64,
-        stalls: Option<(Duration, Duration)>,
-    ) -> (u32, u32) {
         simulate_receiver(
             per_second,
             burst,
             latency,
             concurrency,
             sporadic,
-            stalls,
+            None,
             None,
         )
     }
 
-    /// [`simulate_stalling`] where each refusal carries `Retry-After: retry_after`.
+    /// [`simulate`], where Herald `stalls` for a while every so often (a busy machine:
+    /// nothing sent, no answer read), and each refusal carries `Retry-After:
+    /// retry_after` when it is set.
     fn simulate_receiver(
         per_second: f64,
         burst: f64,
@@ -303,8 +293,15 @@ mod tests {
         // receiver's and took tens of seconds to grow back at 5 % a second (half of what
         // the receiver could take; cut from the best recent second, 0.83).
         let stalling = Some((Duration::from_secs(5), Duration::from_secs(1)));
-        let (accepted, refused) =
-            simulate_stalling(200.0, 20.0, Duration::from_millis(1), 4, 0.0, stalling);
+        let (accepted, refused) = simulate_receiver(
+            200.0,
+            20.0,
+            Duration::from_millis(1),
+            4,
+            0.0,
+            stalling,
+            None,
+        );
         // What the receiver can take while Herald runs: 4 of every 5 s.
         near_its_rate((accepted, refused), 200.0 * 0.8);
     }
